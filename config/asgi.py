@@ -1,0 +1,36 @@
+"""The ASGI application: Django for HTTP, channels for websockets, and a lifespan that flushes
+the run writer on shutdown."""
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+django_asgi_app = get_asgi_application()
+
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+
+from telemetry.writer import close_run_writer  # noqa: E402
+
+websocket_urlpatterns: list = []
+
+router = ProtocolTypeRouter(
+    {
+        "http": django_asgi_app,
+        "websocket": AllowedHostsOriginValidator(URLRouter(websocket_urlpatterns)),
+    }
+)
+
+
+async def application(scope, receive, send):  # type: ignore[no-untyped-def]
+    if scope["type"] != "lifespan":
+        return await router(scope, receive, send)
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await close_run_writer()  # flush what is queued before the process ends
+            await send({"type": "lifespan.shutdown.complete"})
+            return

@@ -1,0 +1,188 @@
+"""Mortar's settings, read from the environment.
+
+With nothing set, Mortar runs embedded: SQLite under ``var/``, an in-memory channel layer and
+cache, and Celery tasks run eagerly in-process. Set ``DATABASE_URL`` and ``REDIS_URL`` for the
+production shape (Postgres, Redis). Every variable is listed in ``.env.example``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("MORTAR_VAR_DIR", BASE_DIR / "var"))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def env_str(name: str, default: str) -> str:
+    return os.environ.get(name, "").strip() or default
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in {"1", "true", "yes", "on"}:
+        return True
+    if raw in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name} must be a boolean (true/false), not {raw!r}")
+
+
+def env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be an integer, not {raw!r}") from None
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = os.environ.get("SECRET_KEY", "").strip()
+if not SECRET_KEY:
+    if not DEBUG and os.environ.get("MORTAR_REQUIRE_SECRET_KEY"):
+        raise ImproperlyConfigured("SECRET_KEY must be set")
+    # The embedded default: a per-checkout key kept under var/, never in the repository.
+    key_file = VAR_DIR / "secret_key"
+    if not key_file.exists():
+        from django.core.management.utils import get_random_secret_key
+
+        key_file.write_text(get_random_secret_key())
+        key_file.chmod(0o600)
+    SECRET_KEY = key_file.read_text().strip()
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "gateway",
+    "telemetry",
+    "replay",
+    "dashboard",
+]
+
+MIDDLEWARE = [
+    "gateway.middleware.RequestIdMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+APPEND_SLASH = False
+ASGI_APPLICATION = "config.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASE_URL = os.environ.get("DATABASE_URL", "").strip()
+if DATABASE_URL:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=600)}
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": VAR_DIR / "mortar.sqlite3",
+            "OPTIONS": {"timeout": 20, "init_command": "PRAGMA journal_mode=WAL;"},
+        }
+    }
+# Test runs pick their own database name so two suites on one server never collide.
+if os.environ.get("MORTAR_TEST_DB_NAME"):
+    DATABASES["default"]["TEST"] = {"NAME": os.environ["MORTAR_TEST_DB_NAME"]}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Every Redis key and channel-layer group is prefixed, so a test run and a running server (or
+# two test runs) sharing one Redis never see each other's data.
+REDIS_URL = os.environ.get("REDIS_URL", "").strip()
+REDIS_PREFIX = env_str("MORTAR_REDIS_PREFIX", "mortar")
+
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": REDIS_PREFIX,
+        }
+    }
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": f"{REDIS_PREFIX}:asgi"},
+        }
+    }
+    CELERY_BROKER_URL = REDIS_URL
+    CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CELERY_BROKER_URL = "memory://"
+    CELERY_TASK_ALWAYS_EAGER = True
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_BROKER_TRANSPORT_OPTIONS = {"global_keyprefix": f"{REDIS_PREFIX}:celery:"}
+
+# Mortar reads the raw body itself and enforces its own 4 MiB limit with a 413 in the OpenAI
+# envelope (PRODUCT.md, decision 7); Django's limit would answer an HTML 400 first.
+MORTAR_MAX_BODY_BYTES = 4 * 1024 * 1024
+DATA_UPLOAD_MAX_MEMORY_SIZE = None
+
+MORTAR_DEFAULT_MODEL = env_str("MORTAR_DEFAULT_MODEL", "Qwen/Qwen2.5-7B-Instruct")
+# Run writer: how many rows one batch holds at most, and how long a row may wait for its batch.
+MORTAR_WRITER_BATCH_SIZE = env_int("MORTAR_WRITER_BATCH_SIZE", 2000)
+MORTAR_WRITER_INTERVAL_MS = env_int("MORTAR_WRITER_INTERVAL_MS", 50)
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+}

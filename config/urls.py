@@ -1,0 +1,27 @@
+from django.contrib import admin
+from django.http import HttpRequest, HttpResponse
+from django.urls import path
+
+from gateway.api import api
+from gateway.errors import MortarError, RouteNotFound
+from gateway.health import healthz, readyz
+from gateway.responses import error_response
+
+urlpatterns = [
+    path("healthz", healthz),
+    path("readyz", readyz),
+    path("v1/", api.urls),
+    path("admin/", admin.site.urls),
+]
+
+
+def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    return error_response(RouteNotFound(f"There is no route {request.method} {request.path}."))
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    return error_response(MortarError("Mortar failed to handle the request."))
+
+
+handler404 = not_found
+handler500 = server_error

@@ -1,0 +1,72 @@
+"""The OpenAI-compatible HTTP surface under /v1/ (thin: each endpoint calls one function)."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+from ninja import NinjaAPI, Router
+from ninja.errors import HttpError
+from ninja.errors import ValidationError as NinjaValidationError
+
+from gateway import pipeline
+from gateway.auth import authenticate
+from gateway.errors import InvalidRequest, MortarError
+from gateway.responses import error_response, json_response
+from gateway.selectors import model_list
+
+router = Router()
+
+
+@router.post("/chat/completions")
+async def chat_completions(request: HttpRequest) -> HttpResponse:
+    return await pipeline.chat_completion(request)
+
+
+@router.get("/models")
+async def models(request: HttpRequest) -> HttpResponse:
+    await authenticate(request)
+    return json_response(
+        {
+            "object": "list",
+            "data": [
+                {
+                    "id": model.id,
+                    "object": "model",
+                    "created": int(model.created_at.timestamp()),
+                    "owned_by": model.owned_by,
+                    "context_window": model.context_window,
+                    "vision": model.vision,
+                    "deployed": model.is_servable,
+                }
+                for model in await model_list()
+            ],
+        }
+    )
+
+
+api = NinjaAPI(
+    title="Mortar",
+    version="1",
+    urls_namespace="v1",
+    docs_url=None,  # the interactive docs load assets from a CDN; Mortar runs offline
+)
+api.add_router("/", router)
+
+
+@api.exception_handler(MortarError)
+def on_mortar_error(request: HttpRequest, exc: MortarError) -> HttpResponse:
+    return error_response(exc)
+
+
+@api.exception_handler(NinjaValidationError)
+def on_validation_error(request: HttpRequest, exc: NinjaValidationError) -> HttpResponse:
+    # Never a 422 (PRODUCT.md decision 3).
+    return error_response(InvalidRequest(f"The request is not valid: {exc.errors}"))
+
+
+@api.exception_handler(HttpError)
+def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    error = MortarError(str(exc))
+    error.status = exc.status_code
+    error.type = "invalid_request_error" if exc.status_code < 500 else "server_error"
+    error.code = "method_not_allowed" if exc.status_code == 405 else "http_error"
+    return error_response(error)

@@ -1,0 +1,76 @@
+"""Encode the bytes Mortar sends: SSE chunk events, the completion object, error events.
+
+Key order follows the spec's examples (id, object, created, model, choices, usage), compact
+JSON as shown there. The constant head of every chunk is encoded once per completion.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+DONE = b"data: [DONE]\n\n"
+
+
+class ChunkEncoder:
+    """Builds the events of one completion's stream, and its non-streaming body."""
+
+    def __init__(self, *, completion_id: str, created: int, model: str):
+        self.completion_id = completion_id
+        self.created = created
+        self.model = model
+        self._head = (
+            b'data: {"id":'
+            + orjson.dumps(completion_id)
+            + b',"object":"chat.completion.chunk","created":'
+            + str(created).encode()
+            + b',"model":'
+            + orjson.dumps(model)
+            + b',"choices":'
+        )
+
+    def delta(self, delta: dict[str, Any]) -> bytes:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+        return self._head + orjson.dumps([choice]) + b"}\n\n"
+
+    def finish(self, finish_reason: str) -> bytes:
+        choice = {"index": 0, "logprobs": None, "finish_reason": finish_reason}
+        return self._head + orjson.dumps([choice]) + b"}\n\n"
+
+    def usage(self, usage: dict[str, Any]) -> bytes:
+        return self._head + b'[],"usage":' + orjson.dumps(usage) + b"}\n\n"
+
+    def completion(
+        self,
+        *,
+        content: str | None,
+        tool_calls: list[dict[str, Any]] | None,
+        finish_reason: str,
+        usage: dict[str, Any],
+    ) -> bytes:
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if tool_calls:
+            message["tool_calls"] = tool_calls
+        return orjson.dumps(
+            {
+                "id": self.completion_id,
+                "object": "chat.completion",
+                "created": self.created,
+                "model": self.model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": message,
+                        "logprobs": None,
+                        "finish_reason": finish_reason,
+                    }
+                ],
+                "usage": usage,
+            }
+        )
+
+
+def error_event(envelope: dict[str, Any]) -> bytes:
+    """An error after the stream started: one event, then the stream closes (PRODUCT.md 9)."""
+    return b"data: " + orjson.dumps(envelope) + b"\n\n"

@@ -1,0 +1,47 @@
+"""Give every request an id and echo it in `X-Request-Id` on every response, errors included."""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Awaitable, Callable
+
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from django.http import HttpRequest, HttpResponseBase
+
+_CLIENT_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
+
+
+def request_id_for(request: HttpRequest) -> str:
+    """The client's `X-Request-Id` when it is a sane header value, else a new one."""
+    given = request.headers.get("X-Request-Id", "").strip()
+    if _CLIENT_REQUEST_ID.fullmatch(given):
+        return given
+    return f"req_{secrets.token_hex(12)}"
+
+
+class RequestIdMiddleware:
+    async_capable = True
+    sync_capable = True
+
+    def __init__(
+        self, get_response: Callable[[HttpRequest], HttpResponseBase | Awaitable[HttpResponseBase]]
+    ):
+        self.get_response = get_response
+        self._async = iscoroutinefunction(get_response)
+        if self._async:
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest):  # type: ignore[no-untyped-def]
+        if self._async:
+            return self._acall(request)
+        request.request_id = request_id_for(request)  # type: ignore[attr-defined]
+        response = self.get_response(request)
+        response["X-Request-Id"] = request.request_id  # type: ignore[attr-defined,index]
+        return response
+
+    async def _acall(self, request: HttpRequest) -> HttpResponseBase:
+        request.request_id = request_id_for(request)  # type: ignore[attr-defined]
+        response = await self.get_response(request)  # type: ignore[misc]
+        response["X-Request-Id"] = request.request_id  # type: ignore[attr-defined]
+        return response

@@ -1,0 +1,78 @@
+"""Organizations, their API keys, and the model catalog with the deployments that serve it."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class Organization(models.Model):
+    name = models.CharField(max_length=200, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ApiKey(models.Model):
+    """An API key: only its SHA-256 digest is stored; the secret is shown once at creation."""
+
+    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="keys")
+    name = models.CharField(max_length=200, blank=True, default="")
+    prefix = models.CharField(max_length=16, db_index=True)
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "API key"
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.name or 'unnamed'})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+
+class Deployment(models.Model):
+    """Where a model's requests go: the built-in scripted model, or (later) model servers."""
+
+    class Kind(models.TextChoices):
+        SCRIPTED = "scripted", "Scripted model (built in)"
+
+    name = models.CharField(max_length=100, unique=True)
+    kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.SCRIPTED)
+    # PRODUCT.md decision 1: `stream` defaults to true; a deployment may make it false.
+    stream_default = models.BooleanField(default=True)
+    # Pause between streamed pieces of the scripted model, so live views and stopping can be
+    # shown on it.
+    scripted_delay_ms = models.PositiveIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class CatalogModel(models.Model):
+    """A model clients can name in `model`, served by one deployment."""
+
+    id = models.CharField(max_length=200, primary_key=True)
+    context_window = models.PositiveIntegerField(default=4096)
+    vision = models.BooleanField(default=False)
+    deployed = models.BooleanField(default=True)
+    deployment = models.ForeignKey(
+        Deployment, on_delete=models.PROTECT, null=True, blank=True, related_name="models"
+    )
+    owned_by = models.CharField(max_length=100, default="mortar")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "gateway_model"
+        verbose_name = "model"
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return self.id
+
+    @property
+    def is_servable(self) -> bool:
+        return self.deployed and self.deployment_id is not None

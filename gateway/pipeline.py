@@ -1,0 +1,165 @@
+"""The chat-completions pipeline, in the order a request goes through it.
+
+    accept → authenticate → read body → validate → resolve model → session → tool selector
+    → count tokens, plan the output cap → generate, relaying chunks → record
+
+Each step is a small function with one job; this module only puts them in order. A refused
+request (4xx) is still recorded as a run of the key's organization, with the body as received
+and the error body as sent. Only a request without a valid key is not a run: it has no
+organization to belong to.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+
+from gateway.auth import authenticate
+from gateway.chunks import ChunkEncoder
+from gateway.errors import MortarError, RequestTooLarge
+from gateway.headers import optimizer_report_off, read_mortar_headers
+from gateway.planning import plan_output_cap
+from gateway.responses import error_response
+from gateway.scripted import Generation, ScriptedModel
+from gateway.selectors import model_resolve
+from gateway.sessions import end_user_for, session_for
+from gateway.streaming import Relay, json_response, streaming_response
+from gateway.tokens import default_counter
+from gateway.tool_selector import select_named_tool
+from gateway.validation import parse_json_body, validate_chat_request
+from telemetry.models import Run
+from telemetry.recording import RunRecorder
+from telemetry.writer import run_writer
+
+# A refused body is kept for debugging, but a 4 MiB one is not worth keeping whole.
+REFUSED_BODY_KEEP_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Accepted:
+    completion_id: str
+    accepted_at: datetime
+    created: int
+
+
+def accept() -> Accepted:
+    """Give the request its completion id (`chatcmpl-` + 24 hex) and acceptance time."""
+    now = time.time()
+    return Accepted(
+        completion_id=f"chatcmpl-{secrets.token_hex(12)}",
+        accepted_at=datetime.fromtimestamp(now, UTC),
+        created=int(now),
+    )
+
+
+def read_body(request: HttpRequest, recorder: RunRecorder) -> bytes:
+    body = request.body
+    limit = settings.MORTAR_MAX_BODY_BYTES
+    if len(body) > limit:
+        recorder.set(
+            request_body=body[:REFUSED_BODY_KEEP_BYTES],
+            request_bytes=len(body),
+            request_truncated=True,
+        )
+        raise RequestTooLarge(
+            f"The request body is {len(body)} bytes; the limit is {limit} bytes (4 MiB)."
+        )
+    recorder.set(request_body=body, request_bytes=len(body))
+    return body
+
+
+def wants_stream(stream: bool | None, accept_header: str, default: bool) -> bool:
+    """PRODUCT.md decision 1: absent `stream` streams, unless Accept asks for JSON only."""
+    if stream is not None:
+        return stream
+    accept_header = accept_header.lower()
+    if "application/json" in accept_header and "text/event-stream" not in accept_header:
+        return False
+    return default
+
+
+async def chat_completion(request: HttpRequest) -> HttpResponse:
+    accepted = accept()
+    headers = {
+        "X-Mortar-Request-Id": accepted.completion_id,
+        "X-Mortar-Run-Id": accepted.completion_id,
+    }
+    try:
+        key = await authenticate(request)
+    except MortarError as error:
+        return error_response(error, headers)
+
+    recorder = RunRecorder(
+        run_id=accepted.completion_id, accepted_at=accepted.accepted_at, writer=run_writer()
+    )
+    recorder.set(
+        organization_id=key.organization_id,
+        api_key_id=key.id,
+        request_id=getattr(request, "request_id", ""),
+    )
+    try:
+        body = read_body(request, recorder)
+        chat = validate_chat_request(parse_json_body(body))
+        mortar_headers = read_mortar_headers(request)
+
+        model = await model_resolve(chat.model)
+        deployment = model.deployment
+        assert deployment is not None  # model_resolve only returns servable models
+        headers["X-Mortar-Deployment"] = deployment.name
+        headers["X-Mortar-Model"] = model.id
+        recorder.set(model=model.id, deployment=deployment.name)
+
+        session, _ = session_for(request.headers.get("X-Mortar-Session"), chat.user)
+        headers["X-Mortar-Session"] = session
+        recorder.set(
+            session=session,
+            end_user=end_user_for(request.headers.get("X-Mortar-End-User-Id"), chat.user),
+        )
+
+        counter = default_counter()
+        if mortar_headers.tool_select == "named":
+            headers["X-Mortar-Tool-Selector"] = select_named_tool(chat, counter)
+        headers["X-Mortar-Optimizer"] = optimizer_report_off()
+
+        prompt_tokens = counter.prompt_tokens(chat.messages, chat.tools)
+        recorder.set(prompt_tokens=prompt_tokens)
+        max_tokens = plan_output_cap(
+            prompt_tokens=prompt_tokens,
+            requested=chat.max_tokens,
+            context_window=model.context_window,
+        )
+        stream = wants_stream(
+            chat.stream, request.headers.get("Accept", ""), deployment.stream_default
+        )
+    except MortarError as error:
+        response = error_response(error, headers)
+        recorder.chunk(response.content)
+        recorder.close(
+            status=Run.Status.REFUSED,
+            http_status=error.status,
+            error_code=error.code,
+            error_message=error.message,
+        )
+        return response
+
+    recorder.open(stream=stream, max_tokens=max_tokens)
+    generation = Generation()
+    scripted = ScriptedModel(counter=counter, delay_ms=deployment.scripted_delay_ms)
+    relay = Relay(
+        deltas=scripted.generate(chat, max_tokens=max_tokens, generation=generation),
+        generation=generation,
+        encoder=ChunkEncoder(
+            completion_id=accepted.completion_id, created=accepted.created, model=model.id
+        ),
+        recorder=recorder,
+        prompt_tokens=prompt_tokens,
+        headers=headers,
+    )
+    if stream:
+        return streaming_response(relay, include_usage=chat.include_usage)
+    return await json_response(relay)

@@ -1,0 +1,30 @@
+"""Reads for the gateway: the model catalog."""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from gateway.errors import ModelNotAvailable, ModelNotFound
+from gateway.models import CatalogModel
+
+
+async def model_resolve(name: str | None) -> CatalogModel:
+    """The catalog entry for `model` (the default when absent), ready to serve.
+
+    Raises `model_not_found` (404) for a name outside the catalog and `model_not_available`
+    (503) for one that is listed but not deployed.
+    """
+    name = name or settings.MORTAR_DEFAULT_MODEL
+    models = CatalogModel.objects.select_related("deployment")
+    model = await models.filter(pk=name).afirst() or await models.filter(id__iexact=name).afirst()
+    if model is None:
+        raise ModelNotFound(f"The model `{name}` does not exist.", param="model")
+    if not model.is_servable:
+        raise ModelNotAvailable(
+            f"The model `{model.id}` is in the catalog but not deployed yet.", param="model"
+        )
+    return model
+
+
+async def model_list() -> list[CatalogModel]:
+    return [model async for model in CatalogModel.objects.order_by("id")]

@@ -1,0 +1,150 @@
+"""The one token counter: context planning, estimated usage and reports all use it.
+
+For Qwen models it is Qwen's real BPE, loaded offline from the ``dashscope`` wheel
+(``dashscope/resources/qwen.tiktoken``, 151,643 ranks) into ``tiktoken`` with Qwen's split
+pattern. Where that file cannot be had, it falls back to a documented estimate: one token per
+four bytes of UTF-8, rounded up.
+
+A prompt is counted as Qwen's ChatML template frames it (see ``prompt_tokens``):
+
+    <|im_start|>{role}\\n{content}<|im_end|>\\n      5 tokens of framing per message
+    <|im_start|>assistant\\n                          3 tokens: the generation prompt
+    <|im_end|>\\n<|endoftext|>                        3 tokens: the reply's end of turn
+
+so the spec's examples count exactly as shown there (32 and 17 prompt tokens).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Protocol
+
+import orjson
+
+logger = logging.getLogger(__name__)
+
+QWEN_SPLIT_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+QWEN_SPECIAL_TOKENS = {"<|endoftext|>": 151643, "<|im_start|>": 151644, "<|im_end|>": 151645}
+
+MESSAGE_FRAMING_TOKENS = 5
+REPLY_FRAMING_TOKENS = 6
+TOOLS_BLOCK_TOKENS = 3  # "<tools>"
+TOOL_CALL_FRAMING_TOKENS = 2
+
+
+class Tokenizer(Protocol):
+    name: str
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, tokens: Sequence[int]) -> str: ...
+
+
+class QwenTokenizer:
+    """Qwen's byte-level BPE through tiktoken; special-token text in content counts as text."""
+
+    name = "qwen"
+
+    def __init__(self, ranks_file: str):
+        import tiktoken
+        from tiktoken.load import load_tiktoken_bpe
+
+        self._encoding = tiktoken.Encoding(
+            name="qwen",
+            pat_str=QWEN_SPLIT_PATTERN,
+            mergeable_ranks=load_tiktoken_bpe(ranks_file),
+            special_tokens=QWEN_SPECIAL_TOKENS,
+        )
+
+    def encode(self, text: str) -> list[int]:
+        return self._encoding.encode_ordinary(text)
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        # A cut can fall inside a multi-byte character: drop the partial tail, never emit U+FFFD.
+        return self._encoding.decode_bytes(list(tokens)).decode("utf-8", errors="ignore")
+
+
+class ByteEstimateTokenizer:
+    """The documented fallback: one "token" per four bytes of UTF-8."""
+
+    name = "estimate"
+
+    def encode(self, text: str) -> list[int]:
+        # Each "token" is its bytes behind a 0x01 marker, so decoding is exact.
+        data = text.encode("utf-8")
+        return [int.from_bytes(b"\x01" + data[i : i + 4], "big") for i in range(0, len(data), 4)]
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        out = bytearray()
+        for token in tokens:
+            out += token.to_bytes((token.bit_length() + 7) // 8, "big")[1:]
+        return out.decode("utf-8", errors="ignore")
+
+
+def _qwen_ranks_file() -> str | None:
+    try:
+        path = resources.files("dashscope").joinpath("resources/qwen.tiktoken")
+    except ModuleNotFoundError:
+        return None
+    return str(path) if path.is_file() else None
+
+
+@functools.cache
+def default_tokenizer() -> Tokenizer:
+    ranks = _qwen_ranks_file()
+    if ranks is None:
+        logger.warning("Qwen's BPE ranks are not installed; counting tokens by estimate")
+        return ByteEstimateTokenizer()
+    return QwenTokenizer(ranks)
+
+
+@dataclass(frozen=True)
+class TokenCounter:
+    """Counts text, prompts and replies with one tokenizer."""
+
+    tokenizer: Tokenizer
+
+    def count(self, text: str) -> int:
+        return len(self.tokenizer.encode(text)) if text else 0
+
+    def truncate(self, text: str, max_tokens: int) -> tuple[str, int, bool]:
+        """Return the text cut to at most max_tokens tokens, its token count, and whether cut."""
+        tokens = self.tokenizer.encode(text)
+        if len(tokens) <= max_tokens:
+            return text, len(tokens), False
+        head = self.tokenizer.decode(tokens[:max_tokens])
+        return head, min(self.count(head), max_tokens), True
+
+    def tool_call_tokens(self, name: str, arguments: str) -> int:
+        return self.count(name) + self.count(arguments) + TOOL_CALL_FRAMING_TOKENS
+
+    def prompt_tokens(
+        self, messages: Iterable[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
+    ) -> int:
+        """Count a normalized conversation as the chat template frames it."""
+        total = REPLY_FRAMING_TOKENS
+        for message in messages:
+            total += MESSAGE_FRAMING_TOKENS + self.count(message.get("content") or "")
+            for call in message.get("tool_calls") or ():
+                function = call["function"]
+                total += self.tool_call_tokens(function["name"], function["arguments"])
+        return total + self.tools_tokens(tools)
+
+    def tools_tokens(self, tools: Sequence[dict[str, Any]] | None) -> int:
+        """The tools block: `<tools>`, then each definition as compact JSON, one per line."""
+        if not tools:
+            return 0
+        lines = sum(self.count(orjson.dumps(tool).decode()) for tool in tools)
+        return TOOLS_BLOCK_TOKENS + lines + len(tools) - 1
+
+
+@functools.cache
+def default_counter() -> TokenCounter:
+    return TokenCounter(default_tokenizer())

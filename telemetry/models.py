@@ -1,0 +1,89 @@
+"""The run store: one row per chat completion request, and every chunk sent for it."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class Run(models.Model):
+    """One chat completion request, from acceptance to its last byte, refused ones included."""
+
+    class Status(models.TextChoices):
+        IN_PROGRESS = "in_progress"
+        COMPLETED = "completed"
+        REFUSED = "refused"  # answered with a 4xx before generation
+        FAILED = "failed"  # an error on Mortar's or the model's side
+        STOPPED = "stopped"
+        CANCELLED = "cancelled"  # the client went away mid-generation
+
+    class UsageSource(models.TextChoices):
+        ESTIMATE = "estimate"
+        UPSTREAM = "upstream"
+
+    # The run id is the completion id (PRODUCT.md decision 11): chatcmpl- + 24 hex.
+    id = models.CharField(max_length=40, primary_key=True)
+    organization = models.ForeignKey(
+        "gateway.Organization", on_delete=models.CASCADE, related_name="runs"
+    )
+    api_key = models.ForeignKey(
+        "gateway.ApiKey", on_delete=models.SET_NULL, null=True, blank=True, related_name="runs"
+    )
+    request_id = models.CharField(max_length=128, default="")
+    end_user = models.CharField(max_length=256, default="", blank=True)
+    session = models.CharField(max_length=128, default="", blank=True)
+    model = models.CharField(max_length=200, default="", blank=True)
+    deployment = models.CharField(max_length=100, default="", blank=True)
+    stream = models.BooleanField(null=True)
+
+    status = models.CharField(max_length=20, choices=Status.choices, db_index=True)
+    http_status = models.PositiveSmallIntegerField(null=True)
+    error_code = models.CharField(max_length=64, default="", blank=True)
+    error_message = models.TextField(default="", blank=True)
+
+    # The body exactly as received (bytes: it may not even be valid UTF-8).
+    request_body = models.BinaryField(null=True)
+    request_bytes = models.PositiveIntegerField(default=0)
+    request_truncated = models.BooleanField(default=False)
+
+    accepted_at = models.DateTimeField(db_index=True)
+    first_token_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    finish_reason = models.CharField(max_length=32, default="", blank=True)
+    max_tokens = models.PositiveIntegerField(null=True)
+    prompt_tokens = models.PositiveIntegerField(null=True)
+    completion_tokens = models.PositiveIntegerField(null=True)
+    total_tokens = models.PositiveIntegerField(null=True)
+    usage_source = models.CharField(
+        max_length=16, choices=UsageSource.choices, default="", blank=True
+    )
+    chunk_count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["organization", "-accepted_at"], name="run_org_accepted"),
+            models.Index(fields=["organization", "session"], name="run_org_session"),
+        ]
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class RunChunk(models.Model):
+    """One piece of a response exactly as sent: an SSE event's bytes, or a whole JSON body."""
+
+    id = models.BigAutoField(primary_key=True)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="chunks")
+    seq = models.PositiveIntegerField()
+    # Microseconds since the run was accepted.
+    offset_us = models.BigIntegerField()
+    data = models.BinaryField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "seq"], name="run_chunk_seq_unique"),
+        ]
+        ordering = ["run", "seq"]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.seq}"
