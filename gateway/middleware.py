@@ -45,3 +45,41 @@ class RequestIdMiddleware:
         response = await self.get_response(request)  # type: ignore[misc]
         response["X-Request-Id"] = request.request_id  # type: ignore[attr-defined]
         return response
+
+
+class JsonErrorMiddleware:
+    """Under /v1/, turn any non-JSON error response (e.g. a 405 from the router) into the
+    OpenAI envelope: "Never a 422, never an HTML page" (PRODUCT.md decision 3)."""
+
+    async_capable = True
+    sync_capable = False
+
+    def __init__(self, get_response: Callable[[HttpRequest], Awaitable[HttpResponseBase]]):
+        self.get_response = get_response
+        markcoroutinefunction(self)
+
+    async def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        response = await self.get_response(request)
+        if (
+            response.status_code >= 400
+            and request.path.startswith("/v1/")
+            and not response.get("Content-Type", "").startswith("application/json")
+        ):
+            return _envelope_for(request, response)
+        return response
+
+
+def _envelope_for(request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
+    from gateway.errors import MortarError
+    from gateway.responses import error_response
+
+    error = MortarError(f"{request.method} {request.path}: {response.reason_phrase}.")
+    error.status = response.status_code
+    error.type = "invalid_request_error" if response.status_code < 500 else "server_error"
+    error.code = {405: "method_not_allowed", 404: "not_found"}.get(
+        response.status_code, "http_error"
+    )
+    rendered = error_response(error)
+    if response.has_header("Allow"):
+        rendered["Allow"] = response["Allow"]
+    return rendered

@@ -30,10 +30,17 @@ class IssuedKey:
     secret: str  # shown once, never stored
 
 
+class OrganizationExists(ValueError):
+    pass
+
+
+@transaction.atomic
 def organization_create(*, name: str) -> Organization:
     name = name.strip()
     if not name:
         raise ValueError("An organization needs a name.")
+    if Organization.objects.filter(name=name).exists():
+        raise OrganizationExists(f"An organization named {name!r} already exists.")
     return Organization.objects.create(name=name)
 
 

@@ -14,8 +14,5 @@ class Command(BaseCommand):
         try:
             organization = organization_create(name=name)
         except (ValueError, IntegrityError) as exc:
-            raise CommandError(
-                f"Could not create organization {name!r}: "
-                + ("it already exists." if isinstance(exc, IntegrityError) else str(exc))
-            ) from None
+            raise CommandError(f"Could not create the organization: {exc}") from None
         self.stdout.write(f"Created organization {organization.name!r} (id {organization.id}).")

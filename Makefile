@@ -1,0 +1,46 @@
+# Two commands do all the set-up on a fresh machine: `make serve` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: install serve serve-daphne test lint format clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+## serve: migrate, make sure the demo organization and key exist, serve with uvicorn
+serve: install
+	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py bootstrap
+	$(BIN)/uvicorn config.asgi:application --host $(HOST) --port $(PORT) \
+		--loop uvloop --http httptools
+
+## serve-daphne: the same app on daphne (channels' runserver)
+serve-daphne: install
+	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py bootstrap
+	$(BIN)/python manage.py runserver $(HOST):$(PORT)
+
+## test: lint, then the whole suite on Postgres and Redis (DATABASE_URL / REDIS_URL)
+test: install lint
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .ruff_cache

@@ -1,0 +1,102 @@
+"""Start real server processes on loopback for end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class ServerProcess:
+    process: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_mortar(
+    env: Mapping[str, str], *, log_dir: Path, server: str = "uvicorn", timeout: float = 30
+) -> ServerProcess:
+    """Start Mortar's ASGI app as a real process on a free port and wait until it answers."""
+    port = free_port()
+    if server == "uvicorn":
+        command = [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "config.asgi:application",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--loop",
+            "uvloop",
+            "--http",
+            "httptools",
+            "--no-access-log",
+        ]
+    elif server == "daphne":
+        command = [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "config.asgi:application",
+        ]
+    else:
+        raise ValueError(server)
+    log_path = log_dir / f"{server}-{port}.log"
+    process = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", **env},
+        stdout=log_path.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    started = ServerProcess(process=process, port=port, log_path=log_path)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{server} exited with {process.returncode}:\n{started.log()}")
+        try:
+            if httpx.get(f"{started.base_url}/healthz", timeout=1).status_code == 200:
+                return started
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    started.stop()
+    raise RuntimeError(f"{server} did not answer within {timeout}s:\n{started.log()}")
