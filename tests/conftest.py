@@ -19,7 +19,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from gateway.models import ApiKey, Organization
+from gateway.models import ApiKey, CatalogModel, Deployment, Organization
 from gateway.services import key_create
 from telemetry.models import Run
 from tests.support.servers import ROOT, ServerProcess, start_mortar
@@ -70,6 +70,19 @@ def tenant(django_db_setup: None, django_db_blocker) -> Tenant:
     """An organization and key committed to the test database, visible to server processes."""
     with django_db_blocker.unblock():
         return _committed_tenant("acme")
+
+
+@pytest.fixture(scope="session")
+def slow_model(django_db_setup: None, django_db_blocker) -> str:
+    """A scripted model that pauses 200 ms between pieces, committed for server processes."""
+    with django_db_blocker.unblock():
+        deployment, _ = Deployment.objects.get_or_create(
+            name="scripted-slow", defaults={"scripted_delay_ms": 200}
+        )
+        CatalogModel.objects.get_or_create(
+            id="slow-scripted", defaults={"deployment": deployment, "context_window": 4096}
+        )
+    return "slow-scripted"
 
 
 @pytest.fixture(scope="session")

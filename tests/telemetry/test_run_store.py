@@ -88,3 +88,47 @@ def test_the_run_records_who_where_and_the_body_as_received(
     assert run.model == "Qwen/Qwen2.5-7B-Instruct"
     assert run.max_tokens == 1024
     assert run.api_key_id == tenant.key.id
+
+
+def test_a_client_that_disconnects_mid_stream_is_recorded_as_cancelled(
+    mortar_server: ServerProcess, tenant: Tenant, slow_model: str
+) -> None:
+    body = {"model": slow_model, "messages": [{"role": "user", "content": "word " * 60}]}
+    received = b""
+    with httpx.stream(
+        "POST",
+        f"{mortar_server.base_url}/v1/chat/completions",
+        content=orjson.dumps(body),
+        headers={"Authorization": f"Bearer {tenant.secret}"},
+        timeout=10,
+    ) as response:
+        run_id = response.headers["X-Mortar-Run-Id"]
+        for raw in response.iter_raw():
+            received += raw
+            if received.count(b"\n\n") >= 2:  # the role chunk and one piece, then hang up
+                break
+
+    run = wait_for_run(run_id)
+    assert run.status == "cancelled"
+    assert run.error_code == "client_disconnected"
+    assert run.finished_at is not None
+    stored = stored_bytes(run)
+    assert stored.startswith(received)
+    assert b"[DONE]" not in stored
+    assert run.chunk_count < 20  # the generation stopped, it did not run on to the end
+
+
+def test_a_slow_deployment_paces_its_pieces(
+    mortar_server: ServerProcess, tenant: Tenant, slow_model: str
+) -> None:
+    response = _post(
+        mortar_server,
+        tenant,
+        {"model": slow_model, "messages": [{"role": "user", "content": "one two three four five"}]},
+    )
+    run = wait_for_run(response.headers["X-Mortar-Run-Id"])
+    offsets = list(run.chunks.order_by("seq").values_list("offset_us", flat=True))
+    pieces = response.text.count('"content"')
+    assert pieces == 3  # "You said: one", " two three four", " five"
+    # Between the first and the last piece the model paused 200 ms each time.
+    assert offsets[pieces] - offsets[1] >= 200_000 * (pieces - 1)
