@@ -37,7 +37,7 @@ def read_mortar_headers(request: HttpRequest) -> MortarHeaders:
             param="X-Mortar-Optimize",
         )
 
-    tool_select = request.headers.get("X-Mortar-Tool-Select", "").strip() or None
+    tool_select = request.headers.get("X-Mortar-Tool-Select", "").strip().lower() or None
     if tool_select is not None and tool_select != "named":
         raise InvalidParameter(
             f"`X-Mortar-Tool-Select` has the unknown value {tool_select!r}; the only one is "

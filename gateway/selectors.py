@@ -15,6 +15,8 @@ async def model_resolve(name: str | None) -> CatalogModel:
     (503) for one that is listed but not deployed.
     """
     name = name or settings.MORTAR_DEFAULT_MODEL
+    if "\x00" in name:  # no catalog id holds NUL, and Postgres text cannot even compare it
+        raise ModelNotFound(f"The model {name!r} does not exist.", param="model")
     models = CatalogModel.objects.select_related("deployment")
     model = await models.filter(pk=name).afirst() or await models.filter(id__iexact=name).afirst()
     if model is None:

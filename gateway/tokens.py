@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -37,6 +38,23 @@ MESSAGE_FRAMING_TOKENS = 5
 REPLY_FRAMING_TOKENS = 6
 TOOLS_BLOCK_TOKENS = 3  # "<tools>"
 TOOL_CALL_FRAMING_TOKENS = 2
+
+
+ENCODE_CHUNK_CHARS = 100_000
+_LAST_WORD_AFTER_SPACE = re.compile(r".*\s(?=\S)", re.DOTALL)
+
+
+def _pieces(text: str, size: int) -> Iterable[str]:
+    start = 0
+    while start < len(text):
+        end = min(start + size, len(text))
+        if end < len(text):
+            # Cut before the last whitespace that precedes a word, so words stay whole.
+            boundary = _LAST_WORD_AFTER_SPACE.match(text, start + size // 2, end)
+            if boundary is not None:
+                end = boundary.end() - 1
+        yield text[start:end]
+        start = end
 
 
 class Tokenizer(Protocol):
@@ -64,7 +82,23 @@ class QwenTokenizer:
         )
 
     def encode(self, text: str) -> list[int]:
-        return self._encoding.encode_ordinary(text)
+        if len(text) <= ENCODE_CHUNK_CHARS:
+            return self._encode_piece(text)
+        # tiktoken's regex engine overflows its stack on very long runs (a million spaces):
+        # encode long text in pieces, cut where whitespace meets a word when possible.
+        tokens: list[int] = []
+        for piece in _pieces(text, ENCODE_CHUNK_CHARS):
+            tokens.extend(self._encode_piece(piece))
+        return tokens
+
+    def _encode_piece(self, text: str) -> list[int]:
+        try:
+            return self._encoding.encode_ordinary(text)
+        except BaseException as exc:  # pyo3's PanicException derives from BaseException
+            if type(exc).__name__ != "PanicException":
+                raise
+            logger.warning("tokenizer panicked on %d characters; estimating", len(text))
+            return ByteEstimateTokenizer().encode(text)
 
     def decode(self, tokens: Sequence[int]) -> str:
         # A cut can fall inside a multi-byte character: drop the partial tail, never emit U+FFFD.

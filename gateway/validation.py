@@ -145,6 +145,8 @@ def _message(value: Any, where: str) -> dict[str, Any]:
 
     message: dict[str, Any] = {"role": role}
     tool_calls = value.get("tool_calls")
+    if tool_calls == []:  # no calls: as if absent, so `content` is required again
+        tool_calls = None
     if tool_calls is not None:
         if role != "assistant":
             raise InvalidParameter(

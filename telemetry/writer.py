@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections, transaction
+from django.db import InterfaceError, OperationalError, close_old_connections, transaction
 
 from telemetry.models import Run, RunChunk
 
@@ -50,6 +50,14 @@ class RunClosed:
 WriterItem = RunOpened | ChunkSent | RunClosed
 
 
+def _text_safe(fields: dict[str, Any]) -> dict[str, Any]:
+    """Postgres text cannot hold NUL; drop it from text fields (bytes fields keep theirs)."""
+    return {
+        key: value.replace("\x00", "") if isinstance(value, str) else value
+        for key, value in fields.items()
+    }
+
+
 def write_batch(items: list[WriterItem]) -> None:
     """Write one batch in one transaction: new runs, then chunks, then run updates."""
     new_runs: dict[str, dict[str, Any]] = {}
@@ -61,11 +69,11 @@ def write_batch(items: list[WriterItem]) -> None:
                 RunChunk(run_id=item.run_id, seq=item.seq, offset_us=item.offset_us, data=item.data)
             )
         elif isinstance(item, RunOpened):
-            new_runs[item.fields["id"]] = dict(item.fields)
+            new_runs[item.fields["id"]] = _text_safe(item.fields)
         elif item.run_id in new_runs:  # opened and closed within one batch: one insert
-            new_runs[item.run_id].update(item.fields)
+            new_runs[item.run_id].update(_text_safe(item.fields))
         else:
-            updates.setdefault(item.run_id, {}).update(item.fields)
+            updates.setdefault(item.run_id, {}).update(_text_safe(item.fields))
 
     close_old_connections()
     with transaction.atomic():
@@ -75,6 +83,19 @@ def write_batch(items: list[WriterItem]) -> None:
             RunChunk.objects.bulk_create(chunks, batch_size=1000)
         for run_id, fields in updates.items():
             Run.objects.filter(pk=run_id).update(**fields)
+
+
+def write_runs_one_by_one(items: list[WriterItem]) -> None:
+    """Write each run's rows in a transaction of their own; log and drop a run that fails."""
+    by_run: dict[str, list[WriterItem]] = {}
+    for item in items:
+        run_id = item.fields["id"] if isinstance(item, RunOpened) else item.run_id
+        by_run.setdefault(run_id, []).append(item)
+    for run_id, rows in by_run.items():
+        try:
+            write_batch(rows)
+        except Exception:
+            logger.exception("run writer: dropped %d rows of run %s", len(rows), run_id)
 
 
 class RunWriter:
@@ -140,7 +161,8 @@ class RunWriter:
             batch = [self._queue[i] for i in range(min(self.batch_size, len(self._queue)))]
             try:
                 await loop.run_in_executor(self._executor, write_batch, batch)
-            except Exception:
+            except (OperationalError, InterfaceError):
+                # The database is away: keep the batch and try again, whole.
                 logger.exception(
                     "run writer: a batch of %d rows failed; retrying in %.1fs (queue depth %d)",
                     len(batch),
@@ -150,6 +172,10 @@ class RunWriter:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
                 continue
+            except Exception:
+                # A row the database refuses must not block every run behind it.
+                logger.exception("run writer: a batch was refused; writing it run by run")
+                await loop.run_in_executor(self._executor, write_runs_one_by_one, batch)
             backoff = 0.1
             for _ in batch:
                 self._queue.popleft()
