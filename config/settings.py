@@ -164,6 +164,8 @@ MORTAR_MAX_BODY_BYTES = 4 * 1024 * 1024
 DATA_UPLOAD_MAX_MEMORY_SIZE = None
 
 MORTAR_DEFAULT_MODEL = env_str("MORTAR_DEFAULT_MODEL", "Qwen/Qwen2.5-7B-Instruct")
+# Seconds of model-server silence before Mortar sends a `: ping` comment (spec: 10).
+MORTAR_PING_SECONDS = float(os.environ.get("MORTAR_PING_SECONDS", "") or 10)
 # Run writer: how many rows one batch holds at most, and how long a row may wait for its batch.
 MORTAR_WRITER_BATCH_SIZE = env_int("MORTAR_WRITER_BATCH_SIZE", 2000)
 MORTAR_WRITER_INTERVAL_MS = env_int("MORTAR_WRITER_INTERVAL_MS", 50)

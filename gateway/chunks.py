@@ -42,16 +42,8 @@ class ChunkEncoder:
         return self._head + b'[],"usage":' + orjson.dumps(usage) + b"}\n\n"
 
     def completion(
-        self,
-        *,
-        content: str | None,
-        tool_calls: list[dict[str, Any]] | None,
-        finish_reason: str,
-        usage: dict[str, Any],
+        self, *, message: dict[str, Any], finish_reason: str, usage: dict[str, Any]
     ) -> bytes:
-        message: dict[str, Any] = {"role": "assistant", "content": content}
-        if tool_calls:
-            message["tool_calls"] = tool_calls
         return orjson.dumps(
             {
                 "id": self.completion_id,

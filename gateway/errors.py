@@ -12,7 +12,11 @@
     ├── AuthenticationError         401 missing_key / invalid_key
     ├── ModelNotFound               404 model_not_found
     ├── ModelNotAvailable           503 model_not_available
-    └── RouteNotFound               404 not_found
+    ├── RouteNotFound               404 not_found
+    └── UpstreamError               502 upstream_error       (a model server failed)
+        ├── UpstreamUnavailable     503 upstream_unavailable (could not be reached)
+        ├── UpstreamTimeout         504 upstream_timeout
+        └── UpstreamRejected        its 4xx, upstream_error  (it refused the request)
 
 Every error carries the HTTP status, the envelope's ``type`` and ``code`` and, where one field
 is to blame, its ``param``.
@@ -104,3 +108,29 @@ class RouteNotFound(MortarError):
     status = 404
     type = "invalid_request_error"
     code = "not_found"
+
+
+class UpstreamError(MortarError):
+    status = 502
+    type = "upstream_error"
+    code = "upstream_error"
+
+
+class UpstreamUnavailable(UpstreamError):
+    status = 503
+    code = "upstream_unavailable"
+
+
+class UpstreamTimeout(UpstreamError):
+    status = 504
+    code = "upstream_timeout"
+
+
+class UpstreamRejected(UpstreamError):
+    """A model server's 4xx: its status and message, in Mortar's envelope; never retried."""
+
+    type = "invalid_request_error"
+
+    def __init__(self, message: str, *, status: int):
+        super().__init__(message)
+        self.status = status

@@ -39,6 +39,7 @@ class Deployment(models.Model):
 
     class Kind(models.TextChoices):
         SCRIPTED = "scripted", "Scripted model (built in)"
+        UPSTREAM = "upstream", "Model servers (OpenAI-compatible)"
 
     name = models.CharField(max_length=100, unique=True)
     kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.SCRIPTED)
@@ -47,6 +48,16 @@ class Deployment(models.Model):
     # Pause between streamed pieces of the scripted model, so live views and stopping can be
     # shown on it.
     scripted_delay_ms = models.PositiveIntegerField(default=0)
+
+    # Upstream deployments: the replicas' base URLs (".../v1"), the model name they expect,
+    # and the environment variable holding their API key (never the key itself).
+    upstreams = models.JSONField(default=list, blank=True)
+    upstream_model = models.CharField(max_length=200, blank=True, default="")
+    api_key_env = models.CharField(max_length=100, blank=True, default="")
+    connect_timeout_s = models.FloatField(default=5.0)
+    first_byte_timeout_s = models.FloatField(default=60.0)
+    chunk_timeout_s = models.FloatField(default=60.0)
+    total_timeout_s = models.FloatField(default=600.0)
 
     def __str__(self) -> str:
         return self.name

@@ -1,7 +1,8 @@
 """The chat-completions pipeline, in the order a request goes through it.
 
     accept → authenticate → read body → validate → resolve model → session → tool selector
-    → count tokens, plan the output cap → generate, relaying chunks → record
+    → count tokens, plan the output cap → generate (scripted, or forward to the session's
+    replica) → relay chunks → record
 
 Each step is a small function with one job; this module only puts them in order. A refused
 request (4xx) is still recorded as a run of the key's organization, with the body as received
@@ -23,10 +24,13 @@ from django.http import HttpRequest, HttpResponse
 from gateway.auth import authenticate
 from gateway.chunks import ChunkEncoder
 from gateway.errors import MortarError, RequestTooLarge
+from gateway.forwarding import encode_body, forward, upstream_body
+from gateway.generation import Generation
 from gateway.headers import optimizer_report_off, read_mortar_headers
+from gateway.models import Deployment
 from gateway.planning import plan_output_cap
 from gateway.responses import error_response
-from gateway.scripted import Generation, ScriptedModel
+from gateway.scripted import ScriptedModel
 from gateway.selectors import model_resolve
 from gateway.sessions import end_user_for, session_for
 from gateway.streaming import Relay, json_response, streaming_response
@@ -147,21 +151,42 @@ async def chat_completion(request: HttpRequest) -> HttpResponse:
             chat.stream, request.headers.get("Accept", ""), deployment.stream_default
         )
     except MortarError as error:
-        response = error_response(error, headers)
-        recorder.chunk(response.content)
-        recorder.close(
-            status=Run.Status.REFUSED,
-            http_status=error.status,
-            error_code=error.code,
-            error_message=error.message,
-        )
-        return response
+        return refuse(error, recorder, headers)
 
-    recorder.open(stream=stream, max_tokens=max_tokens)
     generation = Generation()
-    scripted = ScriptedModel(counter=counter, delay_ms=deployment.scripted_delay_ms)
+    try:
+        if deployment.kind == Deployment.Kind.UPSTREAM:
+            body = encode_body(
+                upstream_body(
+                    chat,
+                    upstream_model=deployment.upstream_model or model.id,
+                    max_tokens=max_tokens,
+                )
+            )
+            recorder.open(stream=stream, max_tokens=max_tokens, upstream_request=body)
+            forwarded = await forward(
+                chat,
+                deployment=deployment,
+                session=session,
+                max_tokens=max_tokens,
+                body=body,
+                generation=generation,
+                counter=counter,
+            )
+            headers["X-Mortar-Upstream"] = forwarded.replica
+            recorder.set(replica=forwarded.replica, session_kept=forwarded.session_kept)
+            deltas = forwarded.deltas
+            ping_interval: float | None = settings.MORTAR_PING_SECONDS
+        else:
+            recorder.open(stream=stream, max_tokens=max_tokens)
+            scripted = ScriptedModel(counter=counter, delay_ms=deployment.scripted_delay_ms)
+            deltas = scripted.generate(chat, max_tokens=max_tokens, generation=generation)
+            ping_interval = None
+    except MortarError as error:
+        return refuse(error, recorder, headers)
+
     relay = Relay(
-        deltas=scripted.generate(chat, max_tokens=max_tokens, generation=generation),
+        deltas=deltas,
         generation=generation,
         encoder=ChunkEncoder(
             completion_id=accepted.completion_id, created=accepted.created, model=model.id
@@ -169,7 +194,21 @@ async def chat_completion(request: HttpRequest) -> HttpResponse:
         recorder=recorder,
         prompt_tokens=prompt_tokens,
         headers=headers,
+        ping_interval=ping_interval,
     )
     if stream:
         return streaming_response(relay, include_usage=chat.include_usage)
     return await json_response(relay)
+
+
+def refuse(error: MortarError, recorder: RunRecorder, headers: dict[str, str]) -> HttpResponse:
+    """Answer with the error envelope, and record the run with it."""
+    response = error_response(error, headers)
+    recorder.chunk(response.content)
+    recorder.close(
+        status=Run.Status.REFUSED if error.status < 500 else Run.Status.FAILED,
+        http_status=error.status,
+        error_code=error.code,
+        error_message=error.message,
+    )
+    return response

@@ -13,11 +13,11 @@ import asyncio
 import re
 import secrets
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
+from gateway.generation import Generation
 from gateway.tokens import TokenCounter
 from gateway.validation import ChatRequest
 
@@ -42,16 +42,6 @@ EMPTY_VALUES: dict[str, Any] = {
 }
 
 _PIECE = re.compile(rf"\s*\S+(?:\s+\S+){{0,{WORDS_PER_PIECE - 1}}}")
-
-
-@dataclass
-class Generation:
-    """What a model produced, filled in while it streams: deltas out, outcome at the end."""
-
-    finish_reason: str = "stop"
-    completion_tokens: int = 0
-    content: str | None = None
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
 
 
 def reply_text(messages: list[dict[str, Any]]) -> str:
@@ -167,13 +157,11 @@ class ScriptedModel:
             function = tool["function"]
             call_id = f"call_{secrets.token_hex(12)}"
             arguments = orjson.dumps(empty_arguments(function.get("parameters"))).decode()
-            generation.tool_calls.append(
-                {
-                    "id": call_id,
-                    "type": "function",
-                    "function": {"name": function["name"], "arguments": arguments},
-                }
-            )
+            generation.calls[index] = {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": function["name"], "arguments": arguments},
+            }
             generation.completion_tokens += self.counter.tool_call_tokens(
                 function["name"], arguments
             )

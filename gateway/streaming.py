@@ -9,6 +9,7 @@ the stream started is one event with the error envelope, and the stream closes w
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -18,7 +19,8 @@ from django.http import HttpResponse, StreamingHttpResponse
 
 from gateway.chunks import DONE, ChunkEncoder, error_event
 from gateway.errors import MortarError
-from gateway.scripted import Generation
+from gateway.generation import Generation
+from gateway.responses import error_response
 from telemetry.models import Run
 from telemetry.recording import RunRecorder
 
@@ -41,25 +43,76 @@ class Relay:
     recorder: RunRecorder
     prompt_tokens: int
     headers: dict[str, str]
+    # Seconds of upstream silence before a `: ping` comment (spec: every 10 s when the
+    # deployment forwards to a model server); None for the scripted model.
+    ping_interval: float | None = None
 
-    def usage(self) -> dict[str, int]:
+    def usage(self) -> tuple[dict[str, Any], str]:
+        """The usage to report and its source: the model server's own counts when it sent
+        them (details passed through unchanged), else Mortar's estimate."""
+        reported = self.generation.upstream_usage
+        if (
+            reported is not None
+            and not self.generation.cut_by_mortar
+            and isinstance(reported.get("prompt_tokens"), int)
+            and isinstance(reported.get("completion_tokens"), int)
+        ):
+            return reported, Run.UsageSource.UPSTREAM
         completion = self.generation.completion_tokens
-        return {
+        estimate = {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": completion,
             "total_tokens": self.prompt_tokens + completion,
         }
+        return estimate, Run.UsageSource.ESTIMATE
 
     def close_run(self, status: str, **fields: Any) -> None:
-        usage = self.usage()
+        usage, source = self.usage()
         self.recorder.close(
             status=status,
             finish_reason=self.generation.finish_reason if status == Run.Status.COMPLETED else "",
+            prompt_tokens=usage["prompt_tokens"],
             completion_tokens=usage["completion_tokens"],
-            total_tokens=usage["total_tokens"],
-            usage_source=Run.UsageSource.ESTIMATE,
+            total_tokens=usage.get("total_tokens", 0),
+            usage=usage,
+            usage_source=source,
             **fields,
         )
+
+
+PING = b": ping\n\n"
+
+
+async def with_pings(
+    deltas: AsyncIterator[dict[str, Any]], interval: float | None
+) -> AsyncIterator[dict[str, Any] | None]:
+    """Yield the deltas, and None whenever `interval` seconds pass without one."""
+    if not interval:
+        async for delta in deltas:
+            yield delta
+        return
+    pending: asyncio.Future[dict[str, Any]] | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(deltas))
+            done, _ = await asyncio.wait({pending}, timeout=interval)
+            if not done:
+                yield None
+                continue
+            try:
+                delta = pending.result()
+            except StopAsyncIteration:
+                return
+            finally:
+                if done:
+                    pending = None
+            yield delta
+    finally:
+        if pending is not None and not pending.done():
+            pending.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                await pending
 
 
 def streaming_response(relay: Relay, *, include_usage: bool) -> StreamingHttpResponse:
@@ -82,12 +135,15 @@ async def sse_events(relay: Relay, *, include_usage: bool) -> AsyncIterator[byte
 
     try:
         yield sent(encoder.delta({"role": "assistant"}))
-        async for delta in relay.deltas:
+        async for delta in with_pings(relay.deltas, relay.ping_interval):
+            if delta is None:
+                yield sent(PING)
+                continue
             recorder.mark_first_token()
             yield sent(encoder.delta(delta))
         yield sent(encoder.finish(relay.generation.finish_reason))
         if include_usage:
-            yield sent(encoder.usage(relay.usage()))
+            yield sent(encoder.usage(relay.usage()[0]))
         yield sent(DONE)
         relay.close_run(Run.Status.COMPLETED, http_status=200)
     except (asyncio.CancelledError, GeneratorExit):
@@ -95,11 +151,16 @@ async def sse_events(relay: Relay, *, include_usage: bool) -> AsyncIterator[byte
         relay.close_run(Run.Status.CANCELLED, http_status=200, error_code="client_disconnected")
         raise
     except Exception as exc:
-        logger.exception("generation %s failed mid-stream", recorder.run_id)
-        error = exc if isinstance(exc, MortarError) else GenerationFailed("The generation failed.")
+        if isinstance(exc, MortarError):
+            logger.warning("run %s failed mid-stream: %s", recorder.run_id, exc.message)
+            error = exc
+        else:
+            logger.exception("run %s failed mid-stream", recorder.run_id)
+            error = GenerationFailed("The generation failed.")
+        # Spec, "When a stream ends early": one event with the envelope, no [DONE].
         yield sent(error_event(error.envelope()))
         relay.close_run(
-            Run.Status.FAILED, http_status=200, error_code=error.code, error_message=str(exc)
+            Run.Status.FAILED, http_status=200, error_code=error.code, error_message=error.message
         )
     finally:
         await relay.deltas.aclose()  # type: ignore[attr-defined]
@@ -113,12 +174,23 @@ async def json_response(relay: Relay) -> HttpResponse:
     except asyncio.CancelledError:
         relay.close_run(Run.Status.CANCELLED, http_status=499, error_code="client_disconnected")
         raise
+    except MortarError as error:
+        response = error_response(error, relay.headers)
+        relay.recorder.chunk(response.content)
+        relay.close_run(
+            Run.Status.FAILED,
+            http_status=error.status,
+            error_code=error.code,
+            error_message=error.message,
+        )
+        return response
+    finally:
+        await relay.deltas.aclose()  # type: ignore[attr-defined]
     generation = relay.generation
     body = relay.encoder.completion(
-        content=generation.content,
-        tool_calls=generation.tool_calls or None,
+        message=generation.message(),
         finish_reason=generation.finish_reason,
-        usage=relay.usage(),
+        usage=relay.usage()[0],
     )
     relay.recorder.chunk(body)
     relay.close_run(Run.Status.COMPLETED, http_status=200)

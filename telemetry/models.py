@@ -58,6 +58,14 @@ class Run(models.Model):
         max_length=16, choices=UsageSource.choices, default="", blank=True
     )
     chunk_count = models.PositiveIntegerField(default=0)
+    # The usage object exactly as returned to the client (upstream details included).
+    usage = models.JSONField(null=True, blank=True)
+
+    # Forwarded runs: the replica that served, whether it was the session's own replica, and
+    # the body exactly as sent to it.
+    replica = models.CharField(max_length=500, default="", blank=True)
+    session_kept = models.BooleanField(null=True)
+    upstream_request = models.BinaryField(null=True)
 
     class Meta:
         indexes = [

@@ -20,13 +20,17 @@ class RunRecorder:
         self._writer = writer
         self._fields: dict[str, Any] = {"id": run_id, "accepted_at": accepted_at}
         self._opened = False
+        self._late_fields: dict[str, Any] = {}
         self._closed = False
         self._seq = 0
         self.first_token_at: datetime | None = None
 
     def set(self, **fields: Any) -> None:
-        """Note fields of the run that are known before it opens."""
-        self._fields.update(fields)
+        """Note fields of the run; once it is open they are written with its outcome."""
+        if self._opened:
+            self._late_fields.update(fields)
+        else:
+            self._fields.update(fields)
 
     def _now(self) -> tuple[int, datetime]:
         elapsed_us = int((time.perf_counter() - self._started) * 1_000_000)
@@ -54,6 +58,7 @@ class RunRecorder:
         self._closed = True
         _, finished_at = self._now()
         outcome = {
+            **self._late_fields,
             **fields,
             "status": status,
             "finished_at": finished_at,

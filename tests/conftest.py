@@ -24,6 +24,11 @@ from gateway.services import key_create
 from telemetry.models import Run
 from tests.support.servers import ROOT, ServerProcess, start_mortar
 
+pytest_plugins = ["tests.support.upstreams"]
+
+
+MOCK_UPSTREAM_KEY = "test-upstream-key-from-the-environment"
+
 
 @dataclass(frozen=True)
 class Tenant:
@@ -41,6 +46,9 @@ def _server_env() -> dict[str, str]:
         "MORTAR_REDIS_PREFIX": settings.REDIS_PREFIX,
         "MORTAR_VAR_DIR": str(settings.VAR_DIR),
         "SECRET_KEY": "test-only-secret-key-not-for-production",
+        # Short enough to see keep-alive pings in a test; production keeps the spec's 10 s.
+        "MORTAR_PING_SECONDS": "1",
+        "MOCK_UPSTREAM_KEY": MOCK_UPSTREAM_KEY,
     }
 
 

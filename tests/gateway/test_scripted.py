@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from gateway.generation import Generation
 from gateway.scripted import (
-    Generation,
     ScriptedModel,
     empty_arguments,
     reply_text,

@@ -87,16 +87,39 @@ def start_mortar(
         stdout=log_path.open("wb"),
         stderr=subprocess.STDOUT,
     )
-    started = ServerProcess(process=process, port=port, log_path=log_path)
+    return wait_until_healthy(
+        ServerProcess(process=process, port=port, log_path=log_path), server, timeout
+    )
+
+
+def wait_until_healthy(started: ServerProcess, name: str, timeout: float) -> ServerProcess:
+    """Return the server once its /healthz answers; stop it and raise if it never does."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{server} exited with {process.returncode}:\n{started.log()}")
+        if started.process.poll() is not None:
+            raise RuntimeError(f"{name} exited with {started.process.returncode}:\n{started.log()}")
         try:
             if httpx.get(f"{started.base_url}/healthz", timeout=1).status_code == 200:
                 return started
         except httpx.TransportError:
             pass
-        time.sleep(0.1)
+        time.sleep(0.05)
     started.stop()
-    raise RuntimeError(f"{server} did not answer within {timeout}s:\n{started.log()}")
+    raise RuntimeError(f"{name} did not answer within {timeout}s:\n{started.log()}")
+
+
+def start_mock_model(
+    *, log_dir: Path, port: int | None = None, timeout: float = 15
+) -> ServerProcess:
+    """Start the mock vLLM-style model server (`python -m mockmodel`) on a free port."""
+    port = port or free_port()
+    log_path = log_dir / f"mockmodel-{port}.log"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mockmodel", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=ROOT,
+        stdout=log_path.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    return wait_until_healthy(
+        ServerProcess(process=process, port=port, log_path=log_path), "mockmodel", timeout
+    )

@@ -1,0 +1,146 @@
+"""The declarative configuration file that `manage.py applyconfig FILE.yaml` applies.
+
+    deployments:
+      - name: vllm-a
+        upstreams: ["http://127.0.0.1:9001/v1", "http://127.0.0.1:9002/v1"]
+        upstream_model: Qwen/Qwen2.5-7B-Instruct   # the name the model server expects
+        api_key_env: VLLM_API_KEY                  # optional
+        stream: true                               # optional: the `stream` default
+        timeouts: {connect: 5, first_byte: 60, between_chunks: 60, total: 600}  # optional
+    models:
+      - id: qwen-upstream                          # the name clients send
+        deployment: vllm-a
+        context_window: 32768
+        vision: false                              # optional
+        deployed: true                             # optional
+    organizations:
+      - name: acme
+
+Applying is idempotent: each entry is created or updated by its name; nothing is deleted.
+A deployment without `upstreams` is a scripted one (`scripted_delay_ms` sets its pace).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from django.db import transaction
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from gateway.models import CatalogModel, Deployment, Organization
+
+
+class ConfigError(ValueError):
+    pass
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Timeouts(_Strict):
+    connect: float = Field(5.0, gt=0)
+    first_byte: float = Field(60.0, gt=0)
+    between_chunks: float = Field(60.0, gt=0)
+    total: float = Field(600.0, gt=0)
+
+
+class DeploymentEntry(_Strict):
+    name: str = Field(min_length=1, max_length=100)
+    upstreams: list[str] = Field(default_factory=list)
+    upstream_model: str = ""
+    api_key_env: str = ""
+    stream: bool = True
+    scripted_delay_ms: int = Field(0, ge=0)
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+
+    @field_validator("upstreams")
+    @classmethod
+    def _urls(cls, upstreams: list[str]) -> list[str]:
+        for url in upstreams:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"{url!r} is not an http(s) base URL such as http://host:8000/v1")
+        if len(set(upstreams)) != len(upstreams):
+            raise ValueError("an upstream is listed twice")
+        return [url.rstrip("/") for url in upstreams]
+
+
+class ModelEntry(_Strict):
+    id: str = Field(min_length=1, max_length=200)
+    deployment: str
+    context_window: int = Field(4096, gt=0)
+    vision: bool = False
+    deployed: bool = True
+
+
+class OrganizationEntry(_Strict):
+    name: str = Field(min_length=1, max_length=200)
+
+
+class ConfigFile(_Strict):
+    deployments: list[DeploymentEntry] = Field(default_factory=list)
+    models: list[ModelEntry] = Field(default_factory=list)
+    organizations: list[OrganizationEntry] = Field(default_factory=list)
+
+
+def parse_config(text: str) -> ConfigFile:
+    try:
+        data: Any = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"The file is not valid YAML: {exc}") from None
+    try:
+        return ConfigFile.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}"
+            for error in exc.errors()
+        )
+        raise ConfigError(f"The configuration is not valid: {problems}") from None
+
+
+@transaction.atomic
+def config_apply(config: ConfigFile) -> list[str]:
+    """Create or update everything in the file; return one line per change."""
+    changes: list[str] = []
+    known = {entry.name for entry in config.deployments} | set(
+        Deployment.objects.values_list("name", flat=True)
+    )
+    for model in config.models:
+        if model.deployment not in known:
+            raise ConfigError(
+                f"model {model.id!r} names an unknown deployment {model.deployment!r}"
+            )
+
+    for entry in config.deployments:
+        _, created = Deployment.objects.update_or_create(
+            name=entry.name,
+            defaults={
+                "kind": Deployment.Kind.UPSTREAM if entry.upstreams else Deployment.Kind.SCRIPTED,
+                "upstreams": entry.upstreams,
+                "upstream_model": entry.upstream_model,
+                "api_key_env": entry.api_key_env,
+                "stream_default": entry.stream,
+                "scripted_delay_ms": entry.scripted_delay_ms,
+                "connect_timeout_s": entry.timeouts.connect,
+                "first_byte_timeout_s": entry.timeouts.first_byte,
+                "chunk_timeout_s": entry.timeouts.between_chunks,
+                "total_timeout_s": entry.timeouts.total,
+            },
+        )
+        changes.append(f"{'created' if created else 'updated'} deployment {entry.name}")
+    for entry in config.models:
+        _, created = CatalogModel.objects.update_or_create(
+            id=entry.id,
+            defaults={
+                "deployment": Deployment.objects.get(name=entry.deployment),
+                "context_window": entry.context_window,
+                "vision": entry.vision,
+                "deployed": entry.deployed,
+            },
+        )
+        changes.append(f"{'created' if created else 'updated'} model {entry.id}")
+    for entry in config.organizations:
+        _, created = Organization.objects.get_or_create(name=entry.name)
+        changes.append(f"{'created' if created else 'kept'} organization {entry.name}")
+    return changes

@@ -1,0 +1,199 @@
+"""The one outbound seam: pooled HTTP clients for model servers, and their errors as Mortar's.
+
+One keep-alive `httpx.AsyncClient` per replica (and event loop), never one per request. A
+model server's reply is read as server-sent events and handed on as parsed chunk objects;
+httpx's exceptions become `UpstreamUnavailable` (could not connect), `UpstreamTimeout` and
+`UpstreamError` (a broken stream, garbage, a 5xx), and a 4xx becomes `UpstreamRejected`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+from httpx_sse import EventSource
+
+from gateway.errors import (
+    UpstreamError,
+    UpstreamRejected,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
+from gateway.models import Deployment
+
+ERROR_BODY_LIMIT = 64 * 1024
+
+
+@dataclass(frozen=True)
+class ReplicaConfig:
+    """Everything a client for one replica depends on; a changed deployment gets a new one."""
+
+    base_url: str
+    api_key: str
+    connect_timeout: float
+    read_timeout: float
+
+    @classmethod
+    def for_deployment(cls, deployment: Deployment, base_url: str) -> ReplicaConfig:
+        api_key = os.environ.get(deployment.api_key_env, "") if deployment.api_key_env else ""
+        return cls(
+            base_url=base_url.rstrip("/"),
+            api_key=api_key,
+            connect_timeout=deployment.connect_timeout_s,
+            # Waiting for the first byte and between chunks are enforced by the relay; the
+            # socket read timeout only backs them up.
+            read_timeout=max(deployment.first_byte_timeout_s, deployment.chunk_timeout_s) + 1,
+        )
+
+
+_clients: dict[tuple[asyncio.AbstractEventLoop, ReplicaConfig], httpx.AsyncClient] = {}
+
+
+def client_for(config: ReplicaConfig) -> httpx.AsyncClient:
+    key = (asyncio.get_running_loop(), config)
+    client = _clients.get(key)
+    if client is None:
+        headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+        client = _clients[key] = httpx.AsyncClient(
+            base_url=config.base_url,
+            headers=headers,
+            timeout=httpx.Timeout(
+                connect=config.connect_timeout,
+                read=config.read_timeout,
+                write=config.connect_timeout,
+                pool=config.connect_timeout,
+            ),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
+        )
+    return client
+
+
+async def close_clients() -> None:
+    loop = asyncio.get_running_loop()
+    for key in [key for key in _clients if key[0] is loop]:
+        await _clients.pop(key).aclose()
+
+
+class UpstreamStream:
+    """An open streaming reply from one replica; iterate it for chunk objects."""
+
+    def __init__(self, response: httpx.Response):
+        self.response = response
+
+    async def chunks(self) -> AsyncIterator[dict[str, Any]]:
+        try:
+            if self.response.headers.get("content-type", "").startswith("application/json"):
+                # A server that answered a streaming request with one JSON object.
+                yield _completion_as_chunk(_json(await self.response.aread()))
+                return
+            done = False
+            async for event in EventSource(self.response).aiter_sse():
+                if done or not event.data:
+                    continue  # after [DONE], read on to the end so the connection is reused
+                if event.data == "[DONE]":
+                    done = True
+                    continue
+                chunk = _json(event.data.encode())
+                if "error" in chunk and "choices" not in chunk:
+                    raise UpstreamError(f"The model server failed: {_message(chunk)}")
+                yield chunk
+            if not done:
+                raise UpstreamError("The model server closed the stream before it was complete.")
+        except httpx.TimeoutException:
+            raise UpstreamTimeout("The model server stopped sending.") from None
+        except httpx.TransportError as exc:
+            raise UpstreamError(f"The connection to the model server broke: {exc!r}") from None
+
+    async def aclose(self) -> None:
+        await self.response.aclose()
+
+
+async def open_stream(config: ReplicaConfig, body: bytes) -> UpstreamStream:
+    """POST the chat request and return the open stream, or raise what went wrong."""
+    client = client_for(config)
+    request = client.build_request(
+        "POST",
+        "/chat/completions",
+        content=body,
+        headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
+    )
+    try:
+        response = await client.send(request, stream=True)
+    except httpx.ConnectTimeout:
+        raise UpstreamTimeout(
+            f"Connecting to the model server at {config.base_url} timed out."
+        ) from None
+    except httpx.TimeoutException:
+        raise UpstreamTimeout(
+            f"The model server at {config.base_url} did not answer in time."
+        ) from None
+    except (httpx.ConnectError, httpx.RemoteProtocolError) as exc:
+        raise UpstreamUnavailable(
+            f"The model server at {config.base_url} could not be reached: {exc!r}"
+        ) from None
+    except httpx.TransportError as exc:
+        raise UpstreamError(f"The model server at {config.base_url} failed: {exc!r}") from None
+    if response.status_code >= 400:
+        try:
+            detail = await _read_error(response)
+        finally:
+            await response.aclose()
+        if response.status_code < 500:
+            raise UpstreamRejected(detail, status=response.status_code)
+        raise UpstreamError(f"The model server failed ({response.status_code}): {detail}")
+    return UpstreamStream(response)
+
+
+async def _read_error(response: httpx.Response) -> str:
+    raw = b""
+    try:
+        async for part in response.aiter_bytes():
+            raw += part
+            if len(raw) > ERROR_BODY_LIMIT:
+                break
+    except httpx.HTTPError:
+        pass
+    try:
+        return _message(orjson.loads(raw))
+    except orjson.JSONDecodeError:
+        return raw[:500].decode("utf-8", "replace") or response.reason_phrase
+
+
+def _message(data: Any) -> str:
+    """The human message of an OpenAI- or vLLM-style error body."""
+    if isinstance(data, dict):
+        error = data.get("error", data)
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return error["message"]
+        if isinstance(error, str):
+            return error
+    return str(data)[:500]
+
+
+def _json(raw: bytes) -> dict[str, Any]:
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise UpstreamError(
+            f"The model server sent something that is not JSON: {raw[:100]!r}"
+        ) from None
+    if not isinstance(data, dict):
+        raise UpstreamError("The model server sent a chunk that is not a JSON object.")
+    return data
+
+
+def _completion_as_chunk(completion: dict[str, Any]) -> dict[str, Any]:
+    choices = completion.get("choices") or [{}]
+    message = choices[0].get("message") or {}
+    delta = {k: v for k, v in message.items() if k != "role" and v is not None}
+    for call_index, call in enumerate(delta.get("tool_calls") or ()):
+        call.setdefault("index", call_index)
+    return {
+        "choices": [{"index": 0, "delta": delta, "finish_reason": choices[0].get("finish_reason")}],
+        "usage": completion.get("usage"),
+    }

@@ -1,0 +1,1 @@
+"""A mock vLLM-style model server for tests and benchmarks (see server.py)."""

@@ -1,0 +1,3 @@
+from mockmodel.server import main
+
+main()

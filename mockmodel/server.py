@@ -1,0 +1,342 @@
+"""A mock model server that speaks vLLM's dialect of the OpenAI chat API, and misbehaves on cue.
+
+Tests and benchmarks start it as a real process (`python -m mockmodel --port N`). It answers
+`POST /v1/chat/completions` as JSON or SSE like vLLM does (a first chunk with the role and empty
+content, one chunk per token, the finish reason on the last content chunk, a usage chunk with
+empty `choices` when `stream_options.include_usage`, `[DONE]`), with usage carrying
+`prompt_tokens_details.cached_tokens`, streamed tool-call pieces and reasoning.
+
+Behaviour is set per request by a directive in the conversation's text, e.g.
+`[mock fault=drop chunks=10 delay_ms=50]`, or for every request by `POST /_mock/config`:
+
+    fault       none | hang | error500 | error400 | drop | runon | garbage | garbage_late | reset
+    chunks      content tokens to send (capped by max_tokens, except for fault=runon)
+    delay_ms    pause between chunks;   first_delay_ms   pause before the response starts
+    reasoning   reasoning tokens before the content (sent as `reasoning_content`)
+    cached      `prompt_tokens_details.cached_tokens` to report;   usage=0 reports none
+
+`GET /_mock/requests` lists what arrived (headers, body, the client's address), `DELETE` clears
+it, and `GET /_mock/stats` counts requests, completions and cancellations (a client that went away).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import time
+import uuid
+from collections import deque
+from typing import Any
+
+from aiohttp import web
+
+DIRECTIVE = re.compile(r"\[mock ([^\]]*)\]")
+DEFAULTS: dict[str, Any] = {
+    "fault": "none",
+    "chunks": 20,
+    "delay_ms": 0,
+    "first_delay_ms": 0,
+    "reasoning": 0,
+    "cached": 0,
+    "usage": 1,
+}
+RUNON_SAFETY_LIMIT = 100_000
+
+
+class MockModel:
+    def __init__(self, defaults: dict[str, Any]):
+        self.defaults = dict(defaults)
+        self.requests: deque[dict[str, Any]] = deque(maxlen=2000)
+        self.stats = {"requests": 0, "completed": 0, "cancelled": 0, "in_flight": 0}
+
+    # -- control ---------------------------------------------------------------------------
+
+    async def get_requests(self, request: web.Request) -> web.Response:
+        return web.json_response(list(self.requests))
+
+    async def clear_requests(self, request: web.Request) -> web.Response:
+        self.requests.clear()
+        for key in self.stats:
+            self.stats[key] = 0
+        return web.json_response({"ok": True})
+
+    async def get_stats(self, request: web.Request) -> web.Response:
+        return web.json_response(self.stats)
+
+    async def set_config(self, request: web.Request) -> web.Response:
+        self.defaults = {**DEFAULTS, **(await request.json())}
+        return web.json_response(self.defaults)
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {"object": "list", "data": [{"id": "mock-model", "object": "model"}]}
+        )
+
+    # -- the chat API ----------------------------------------------------------------------
+
+    def settings_for(self, body: dict[str, Any]) -> dict[str, Any]:
+        settings = dict(self.defaults)
+        for message in body.get("messages") or ():
+            content = message.get("content")
+            if isinstance(content, str):
+                for directive in DIRECTIVE.findall(content):
+                    for pair in directive.split():
+                        key, _, value = pair.partition("=")
+                        settings[key] = value if key == "fault" else int(value)
+        return settings
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        body = json.loads(raw)
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        self.requests.append(
+            {"headers": dict(request.headers), "body": body, "peer": list(peer or ())}
+        )
+        self.stats["requests"] += 1
+        self.stats["in_flight"] += 1
+        try:
+            response = await self._chat(request, body, self.settings_for(body))
+            self.stats["completed"] += 1
+            return response
+        except (asyncio.CancelledError, ConnectionResetError):
+            self.stats["cancelled"] += 1
+            raise
+        finally:
+            self.stats["in_flight"] -= 1
+
+    async def _chat(
+        self, request: web.Request, body: dict[str, Any], settings: dict[str, Any]
+    ) -> web.StreamResponse:
+        fault = settings["fault"]
+        if settings["first_delay_ms"]:
+            await asyncio.sleep(settings["first_delay_ms"] / 1000)
+        if fault == "hang":
+            await asyncio.sleep(3600)
+        if fault == "reset":
+            assert request.transport is not None
+            request.transport.abort()
+            raise ConnectionResetError
+        if fault == "error500":
+            return web.json_response(
+                {
+                    "object": "error",
+                    "message": "The engine crashed.",
+                    "type": "InternalServerError",
+                    "param": None,
+                    "code": 500,
+                },
+                status=500,
+            )
+        if fault == "error400":
+            return web.json_response(
+                {
+                    "object": "error",
+                    "message": "top_k must be -1 or at least 1, got 0.",
+                    "type": "BadRequestError",
+                    "param": None,
+                    "code": 400,
+                },
+                status=400,
+            )
+
+        completion = Completion(body, settings)
+        if not body.get("stream"):
+            if settings["delay_ms"]:
+                await asyncio.sleep(settings["delay_ms"] * len(completion.pieces) / 1000)
+            return web.json_response(completion.as_json())
+
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        if fault == "garbage":
+            await response.write(b"data: {this is not json\n\n")
+            return response
+        delay = settings["delay_ms"] / 1000
+        for sent, event in enumerate(completion.events()):
+            if delay and sent > 1:
+                await asyncio.sleep(delay)
+            if fault == "drop" and sent == 1 + len(completion.pieces) // 2:
+                assert request.transport is not None
+                request.transport.abort()  # drop mid-stream, no [DONE]
+                return response
+            if fault == "garbage_late" and sent == 3:
+                await response.write(b"data: <html>oops</html>\n\n")
+                return response
+            await response.write(event)
+            if fault == "runon" and sent % 64 == 63:
+                await asyncio.sleep(0)  # let a cancellation in
+        await response.write_eof()
+        return response
+
+
+class Completion:
+    """One reply, rendered as vLLM renders it."""
+
+    def __init__(self, body: dict[str, Any], settings: dict[str, Any]):
+        self.body = body
+        self.settings = settings
+        self.id = f"chatcmpl-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+        self.model = body.get("model", "mock-model")
+        max_tokens = body.get("max_tokens") or body.get("max_completion_tokens") or 1 << 30
+        self.runon = settings["fault"] == "runon"
+        count = RUNON_SAFETY_LIMIT if self.runon else min(int(settings["chunks"]), max_tokens)
+        self.tool = self._tool_to_call()
+        self.pieces = [] if self.tool else [f" tok{i}" if i else "tok0" for i in range(count)]
+        self.finish_reason = (
+            "tool_calls"
+            if self.tool
+            else "length"
+            if (not self.runon and int(settings["chunks"]) > max_tokens)
+            else "stop"
+        )
+        prompt_text = json.dumps(body.get("messages", []))
+        self.prompt_tokens = max(1, len(prompt_text) // 4)
+
+    def _tool_to_call(self) -> dict[str, Any] | None:
+        tools = self.body.get("tools") or []
+        choice = self.body.get("tool_choice", "auto")
+        messages = self.body.get("messages") or [{}]
+        if not tools or choice == "none" or messages[-1].get("role") == "tool":
+            return None
+        if isinstance(choice, dict):
+            name = choice["function"]["name"]
+            return next(t for t in tools if t["function"]["name"] == name)
+        return tools[0]
+
+    def usage(self) -> dict[str, Any]:
+        completion = len(self.pieces) + self.settings["reasoning"] + (9 if self.tool else 0)
+        usage: dict[str, Any] = {
+            "prompt_tokens": self.prompt_tokens,
+            "total_tokens": self.prompt_tokens + completion,
+            "completion_tokens": completion,
+        }
+        if self.settings["cached"]:
+            usage["prompt_tokens_details"] = {"cached_tokens": int(self.settings["cached"])}
+        return usage
+
+    def _chunk(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
+        data = {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+            **extra,
+        }
+        return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
+
+    def _delta(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+        return self._chunk(
+            [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]
+        )
+
+    def events(self):  # type: ignore[no-untyped-def]
+        yield self._delta({"role": "assistant", "content": ""})
+        for i in range(int(self.settings["reasoning"])):
+            yield self._delta({"reasoning_content": f"think{i} "})
+        if self.tool:
+            name = self.tool["function"]["name"]
+            call_id = f"chatcmpl-tool-{uuid.uuid4().hex[:16]}"
+            yield self._delta(
+                {
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "id": call_id,
+                            "type": "function",
+                            "function": {"name": name, "arguments": ""},
+                        }
+                    ]
+                }
+            )
+            for piece in ('{"city": ', '"Paris"}'):
+                yield self._delta({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})
+            yield self._delta({"content": ""}, "tool_calls")
+        else:
+            last = len(self.pieces) - 1
+            for i, piece in enumerate(self.pieces):
+                yield self._delta(
+                    {"content": piece}, self.finish_reason if i == last and not self.runon else None
+                )
+        options = self.body.get("stream_options") or {}
+        if options.get("include_usage") and self.settings["usage"]:
+            yield self._chunk([], usage=self.usage())
+        yield b"data: [DONE]\n\n"
+
+    def as_json(self) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.pieces) or None}
+        if self.settings["reasoning"]:
+            message["reasoning_content"] = "".join(
+                f"think{i} " for i in range(int(self.settings["reasoning"]))
+            )
+        if self.tool:
+            message["tool_calls"] = [
+                {
+                    "id": f"chatcmpl-tool-{uuid.uuid4().hex[:16]}",
+                    "type": "function",
+                    "function": {
+                        "name": self.tool["function"]["name"],
+                        "arguments": '{"city": "Paris"}',
+                    },
+                }
+            ]
+        result: dict[str, Any] = {
+            "id": self.id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "logprobs": None,
+                    "finish_reason": self.finish_reason,
+                }
+            ],
+        }
+        if self.settings["usage"]:
+            result["usage"] = self.usage()
+        return result
+
+
+def build_app(defaults: dict[str, Any] | None = None) -> web.Application:
+    model = MockModel({**DEFAULTS, **(defaults or {})})
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.router.add_post("/v1/chat/completions", model.chat)
+    app.router.add_get("/v1/models", model.models)
+    app.router.add_get("/_mock/requests", model.get_requests)
+    app.router.add_delete("/_mock/requests", model.clear_requests)
+    app.router.add_get("/_mock/stats", model.get_stats)
+    app.router.add_post("/_mock/config", model.set_config)
+    app.router.add_get("/healthz", lambda request: web.json_response({"ok": True}))
+    return app
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="A mock vLLM-style model server.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9001)
+    parser.add_argument("--chunks", type=int, default=DEFAULTS["chunks"])
+    parser.add_argument("--delay-ms", type=int, default=0)
+    args = parser.parse_args()
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    app = build_app({"chunks": args.chunks, "delay_ms": args.delay_ms})
+    web.run_app(
+        app,
+        host=args.host,
+        port=args.port,
+        access_log=None,
+        print=None,
+        handler_cancellation=True,  # a client that goes away cancels its handler
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""`manage.py applyconfig FILE.yaml`: declarative, idempotent configuration."""
+
+from __future__ import annotations
+
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from gateway.models import CatalogModel, Deployment, Organization
+
+pytestmark = pytest.mark.django_db
+
+ISSUE_EXAMPLE = """
+deployments:
+  - name: vllm-a
+    upstreams: ["http://127.0.0.1:9001/v1", "http://127.0.0.1:9002/v1"]
+    upstream_model: Qwen/Qwen2.5-7B-Instruct   # the name the model server expects
+    api_key_env: VLLM_API_KEY                  # optional
+models:
+  - id: qwen-upstream                          # the name clients send
+    deployment: vllm-a
+    context_window: 32768
+organizations:
+  - name: acme
+"""
+
+
+def apply(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "mortar.yaml"
+    path.write_text(text)
+    out = StringIO()
+    call_command("applyconfig", str(path), stdout=out)
+    return out.getvalue()
+
+
+def test_the_documented_example_applies_as_written(tmp_path: Path) -> None:
+    out = apply(tmp_path, ISSUE_EXAMPLE)
+    deployment = Deployment.objects.get(name="vllm-a")
+    assert deployment.kind == "upstream"
+    assert deployment.upstreams == ["http://127.0.0.1:9001/v1", "http://127.0.0.1:9002/v1"]
+    assert deployment.upstream_model == "Qwen/Qwen2.5-7B-Instruct"
+    assert deployment.api_key_env == "VLLM_API_KEY"
+    assert deployment.stream_default is True
+    model = CatalogModel.objects.get(id="qwen-upstream")
+    assert (model.deployment_id, model.context_window, model.deployed) == (
+        deployment.id,
+        32768,
+        True,
+    )
+    assert Organization.objects.filter(name="acme").exists()
+    assert out.splitlines() == [
+        "created deployment vllm-a",
+        "created model qwen-upstream",
+        "created organization acme",
+    ]
+
+
+def test_applying_twice_changes_nothing_more(tmp_path: Path) -> None:
+    apply(tmp_path, ISSUE_EXAMPLE)
+    counts = (
+        Deployment.objects.count(),
+        CatalogModel.objects.count(),
+        Organization.objects.count(),
+    )
+    out = apply(tmp_path, ISSUE_EXAMPLE)
+    assert (
+        Deployment.objects.count(),
+        CatalogModel.objects.count(),
+        Organization.objects.count(),
+    ) == counts
+    assert "updated deployment vllm-a" in out and "kept organization acme" in out
+
+
+def test_a_changed_file_updates_in_place(tmp_path: Path) -> None:
+    apply(tmp_path, ISSUE_EXAMPLE)
+    apply(
+        tmp_path,
+        ISSUE_EXAMPLE.replace("32768", "8192").replace(
+            '"http://127.0.0.1:9002/v1"', '"http://127.0.0.1:9003/v1"'
+        ),
+    )
+    assert CatalogModel.objects.get(id="qwen-upstream").context_window == 8192
+    assert Deployment.objects.get(name="vllm-a").upstreams[1] == "http://127.0.0.1:9003/v1"
+
+
+def test_timeouts_and_the_stream_default_are_read(tmp_path: Path) -> None:
+    apply(
+        tmp_path,
+        """
+deployments:
+  - name: slow
+    upstreams: ["http://127.0.0.1:9001/v1/"]
+    stream: false
+    timeouts: {connect: 1.5, first_byte: 30, between_chunks: 20, total: 300}
+""",
+    )
+    deployment = Deployment.objects.get(name="slow")
+    assert deployment.upstreams == ["http://127.0.0.1:9001/v1"]
+    assert deployment.stream_default is False
+    assert (
+        deployment.connect_timeout_s,
+        deployment.first_byte_timeout_s,
+        deployment.chunk_timeout_s,
+        deployment.total_timeout_s,
+    ) == (1.5, 30, 20, 300)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("deployments: [{name: x, upstreams: [ftp://nope]}]", r"not an http\(s\) base URL"),
+        ("models: [{id: m, deployment: nowhere}]", "unknown deployment 'nowhere'"),
+        ("deployments: [{name: x, colour: red}]", "colour: Extra inputs are not permitted"),
+        ("deployments: [{name: x, timeouts: {connect: -1}}]", "timeouts.connect"),
+        ("deployments: {name: [", "not valid YAML"),
+    ],
+    ids=["bad-url", "unknown-deployment", "unknown-key", "negative-timeout", "bad-yaml"],
+)
+def test_a_bad_file_is_refused_with_where_and_why(tmp_path: Path, text: str, message: str):
+    with pytest.raises(CommandError, match=message):
+        apply(tmp_path, text)
+    assert not Deployment.objects.filter(name="x").exists()
+
+
+def test_a_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(CommandError, match="Cannot read"):
+        call_command("applyconfig", str(tmp_path / "nope.yaml"))
