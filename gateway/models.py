@@ -6,8 +6,23 @@ from django.db import models
 
 
 class Organization(models.Model):
+    class Retention(models.TextChoices):
+        FULL = "full", "Full (prompts, replies, replay)"
+        METADATA = "metadata", "Metadata only (no prompt or reply text; no replay)"
+
+    class OptimizeDefault(models.TextChoices):
+        ON = "on", "On (lossless passes)"
+        OFF = "off", "Off"
+
     name = models.CharField(max_length=200, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # PRODUCT.md, "The run store": retention is per organization.
+    retention = models.CharField(max_length=16, choices=Retention.choices, default=Retention.FULL)
+    retention_days = models.PositiveIntegerField(default=30)
+    # What the prompt optimizer does for requests without `X-Mortar-Optimize` (spec).
+    optimize_default = models.CharField(
+        max_length=8, choices=OptimizeDefault.choices, default=OptimizeDefault.ON
+    )
 
     def __str__(self) -> str:
         return self.name
@@ -41,8 +56,18 @@ class Deployment(models.Model):
         SCRIPTED = "scripted", "Scripted model (built in)"
         UPSTREAM = "upstream", "Model servers (OpenAI-compatible)"
 
+    class OptimizerMode(models.TextChoices):
+        SHADOW = "shadow", "Shadow (measure only)"
+        ON = "on", "On"
+        OFF = "off", "Off"
+
     name = models.CharField(max_length=100, unique=True)
     kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.SCRIPTED)
+    # The spec's `X-Mortar-Optimize`: "in shadow mode, the default, nothing is changed, only
+    # measured, and when it is off no value turns optimization on".
+    optimizer_mode = models.CharField(
+        max_length=8, choices=OptimizerMode.choices, default=OptimizerMode.SHADOW
+    )
     # PRODUCT.md decision 1: `stream` defaults to true; a deployment may make it false.
     stream_default = models.BooleanField(default=True)
     # Pause between streamed pieces of the scripted model, so live views and stopping can be
@@ -75,6 +100,10 @@ class CatalogModel(models.Model):
     )
     owned_by = models.CharField(max_length=100, default="mortar")
     created_at = models.DateTimeField(auto_now_add=True)
+    # Prices in currency units per million tokens (PRODUCT.md decision 13).
+    price_input = models.DecimalField(max_digits=12, decimal_places=6, default=0)
+    price_cached_input = models.DecimalField(max_digits=12, decimal_places=6, default=0)
+    price_output = models.DecimalField(max_digits=12, decimal_places=6, default=0)
 
     class Meta:
         db_table = "gateway_model"

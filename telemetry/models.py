@@ -61,6 +61,17 @@ class Run(models.Model):
     # The usage object exactly as returned to the client (upstream details included).
     usage = models.JSONField(null=True, blank=True)
 
+    cached_tokens = models.PositiveIntegerField(null=True)
+    cost = models.DecimalField(max_digits=18, decimal_places=9, null=True)
+
+    # Reports of the prompt optimizer and the named tool selector, as sent in their headers.
+    optimizer_report = models.JSONField(null=True, blank=True)
+    tool_selector_report = models.JSONField(null=True, blank=True)
+
+    # In-flight dedupe: `leader` ran the generation, `shared` reused the leader's result.
+    dedupe_role = models.CharField(max_length=8, default="", blank=True)
+    dedupe_leader = models.CharField(max_length=40, default="", blank=True)
+
     # Forwarded runs: the replica that served, whether it was the session's own replica, and
     # the body exactly as sent to it.
     replica = models.CharField(max_length=500, default="", blank=True)
@@ -95,3 +106,39 @@ class RunChunk(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}#{self.seq}"
+
+
+class UsageRollup(models.Model):
+    """Usage summed per hour and who/what, so dashboards never scan runs."""
+
+    hour = models.DateTimeField()
+    organization = models.ForeignKey(
+        "gateway.Organization", on_delete=models.CASCADE, related_name="rollups"
+    )
+    # The key's id, 0 when the run has none; a plain number so the unique key has no NULLs.
+    api_key_id = models.BigIntegerField(default=0)
+    end_user = models.CharField(max_length=256, default="", blank=True)
+    model = models.CharField(max_length=200, default="", blank=True)
+    deployment = models.CharField(max_length=100, default="", blank=True)
+
+    requests = models.PositiveIntegerField(default=0)
+    errors = models.PositiveIntegerField(default=0)
+    prompt_tokens = models.BigIntegerField(default=0)
+    completion_tokens = models.BigIntegerField(default=0)
+    cached_tokens = models.BigIntegerField(default=0)
+    cost = models.DecimalField(max_digits=20, decimal_places=9, default=0)
+    latency_ms_sum = models.BigIntegerField(default=0)
+    ttft_ms_sum = models.BigIntegerField(default=0)
+    ttft_count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["hour", "organization", "api_key_id", "end_user", "model", "deployment"],
+                name="usage_rollup_unique",
+            )
+        ]
+        indexes = [models.Index(fields=["organization", "hour"], name="rollup_org_hour")]
+
+    def __str__(self) -> str:
+        return f"{self.organization_id} {self.hour:%Y-%m-%d %H}:00 {self.model}"
