@@ -6,6 +6,7 @@
         upstream_model: Qwen/Qwen2.5-7B-Instruct   # the name the model server expects
         api_key_env: VLLM_API_KEY                  # optional
         stream: true                               # optional: the `stream` default
+        optimizer: shadow                          # optional: shadow | on | off
         timeouts: {connect: 5, first_byte: 60, between_chunks: 60, total: 600}  # optional
     models:
       - id: qwen-upstream                          # the name clients send
@@ -13,8 +14,12 @@
         context_window: 32768
         vision: false                              # optional
         deployed: true                             # optional
+        prices: {input: 0.20, cached_input: 0.05, output: 0.60}  # per million tokens
     organizations:
       - name: acme
+        retention: full                            # optional: full | metadata
+        retention_days: 30                         # optional
+        optimize_default: "on"                     # optional: on | off
 
 Applying is idempotent: each entry is created or updated by its name; nothing is deleted.
 A deployment without `upstreams` is a scripted one (`scripted_delay_ms` sets its pace).
@@ -22,7 +27,8 @@ A deployment without `upstreams` is a scripted one (`scripted_delay_ms` sets its
 
 from __future__ import annotations
 
-from typing import Any
+from decimal import Decimal
+from typing import Any, Literal
 
 import yaml
 from django.db import transaction
@@ -53,6 +59,7 @@ class DeploymentEntry(_Strict):
     api_key_env: str = ""
     stream: bool = True
     scripted_delay_ms: int = Field(0, ge=0)
+    optimizer: Literal["shadow", "on", "off"] = "shadow"
     timeouts: Timeouts = Field(default_factory=Timeouts)
 
     @field_validator("upstreams")
@@ -66,16 +73,26 @@ class DeploymentEntry(_Strict):
         return [url.rstrip("/") for url in upstreams]
 
 
+class Prices(_Strict):
+    input: Decimal = Field(Decimal(0), ge=0)
+    cached_input: Decimal = Field(Decimal(0), ge=0)
+    output: Decimal = Field(Decimal(0), ge=0)
+
+
 class ModelEntry(_Strict):
     id: str = Field(min_length=1, max_length=200)
     deployment: str
     context_window: int = Field(4096, gt=0)
     vision: bool = False
     deployed: bool = True
+    prices: Prices = Field(default_factory=Prices)
 
 
 class OrganizationEntry(_Strict):
     name: str = Field(min_length=1, max_length=200)
+    retention: Literal["full", "metadata"] = "full"
+    retention_days: int = Field(30, gt=0)
+    optimize_default: Literal["on", "off"] = "on"
 
 
 class ConfigFile(_Strict):
@@ -122,6 +139,7 @@ def config_apply(config: ConfigFile) -> list[str]:
                 "api_key_env": entry.api_key_env,
                 "stream_default": entry.stream,
                 "scripted_delay_ms": entry.scripted_delay_ms,
+                "optimizer_mode": entry.optimizer,
                 "connect_timeout_s": entry.timeouts.connect,
                 "first_byte_timeout_s": entry.timeouts.first_byte,
                 "chunk_timeout_s": entry.timeouts.between_chunks,
@@ -137,10 +155,20 @@ def config_apply(config: ConfigFile) -> list[str]:
                 "context_window": entry.context_window,
                 "vision": entry.vision,
                 "deployed": entry.deployed,
+                "price_input": entry.prices.input,
+                "price_cached_input": entry.prices.cached_input,
+                "price_output": entry.prices.output,
             },
         )
         changes.append(f"{'created' if created else 'updated'} model {entry.id}")
     for entry in config.organizations:
-        _, created = Organization.objects.get_or_create(name=entry.name)
-        changes.append(f"{'created' if created else 'kept'} organization {entry.name}")
+        _, created = Organization.objects.update_or_create(
+            name=entry.name,
+            defaults={
+                "retention": entry.retention,
+                "retention_days": entry.retention_days,
+                "optimize_default": entry.optimize_default,
+            },
+        )
+        changes.append(f"{'created' if created else 'updated'} organization {entry.name}")
     return changes

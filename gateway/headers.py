@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from django.http import HttpRequest
 
 from gateway.errors import InvalidParameter
+from gateway.optimizer import OPT_IN_PASSES
 
 OPTIMIZE_VALUES = {"off", "on"}
-OPTIMIZE_PASSES = {"json-tool-blocks", "collapse-spaces"}
-OPTIMIZER_RULESET = 2
+OPTIMIZE_PASSES = set(OPT_IN_PASSES)
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,3 @@ def read_mortar_headers(request: HttpRequest) -> MortarHeaders:
             param="X-Mortar-Tool-Select",
         )
     return MortarHeaders(optimize=values, tool_select=tool_select)
-
-
-def optimizer_report_off() -> str:
-    """The `X-Mortar-Optimizer` value while the optimizer is off."""
-    return f"ruleset={OPTIMIZER_RULESET}; mode=off"

@@ -1,8 +1,8 @@
 """The chat-completions pipeline, in the order a request goes through it.
 
     accept → authenticate → read body → validate → resolve model → session → tool selector
-    → count tokens, plan the output cap → generate (scripted, or forward to the session's
-    replica) → relay chunks → record
+    → prompt optimizer → count tokens, plan the output cap → generate (scripted, or forward
+    to the session's replica) → relay chunks → record
 
 Each step is a small function with one job; this module only puts them in order. A refused
 request (4xx) is still recorded as a run of the key's organization, with the body as received
@@ -26,8 +26,9 @@ from gateway.chunks import ChunkEncoder
 from gateway.errors import MortarError, RequestTooLarge
 from gateway.forwarding import encode_body, forward, upstream_body
 from gateway.generation import Generation
-from gateway.headers import optimizer_report_off, read_mortar_headers
+from gateway.headers import read_mortar_headers
 from gateway.models import Deployment
+from gateway.optimizer import optimize
 from gateway.planning import plan_output_cap
 from gateway.responses import error_response
 from gateway.scripted import ScriptedModel
@@ -137,8 +138,18 @@ async def chat_completion(request: HttpRequest) -> HttpResponse:
 
         counter = default_counter()
         if mortar_headers.tool_select == "named":
-            headers["X-Mortar-Tool-Selector"] = select_named_tool(chat, counter)
-        headers["X-Mortar-Optimizer"] = optimizer_report_off()
+            selection = select_named_tool(chat, counter)
+            headers["X-Mortar-Tool-Selector"] = selection.header()
+            recorder.set(tool_selector_report=selection.as_dict())
+
+        chat.messages, optimizer_report = optimize(
+            chat.messages,
+            deployment_mode=deployment.optimizer_mode,
+            organization_default=key.organization.optimize_default,
+            requested=mortar_headers.optimize,
+        )
+        headers["X-Mortar-Optimizer"] = optimizer_report.header()
+        recorder.set(optimizer_report=optimizer_report.as_dict())
 
         prompt_tokens = await count_prompt(counter, chat, body_bytes=len(body))
         recorder.set(prompt_tokens=prompt_tokens)

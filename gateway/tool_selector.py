@@ -6,13 +6,34 @@ function (spec, request headers). The report counts tokens with the prompt plann
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
+
 from gateway.errors import InvalidParameter
 from gateway.tokens import TokenCounter
 from gateway.validation import ChatRequest
 
 
-def select_named_tool(chat: ChatRequest, counter: TokenCounter) -> str:
-    """Drop every tool but the named one from `chat`; return the `X-Mortar-Tool-Selector` report."""
+@dataclass(frozen=True)
+class ToolSelection:
+    tools_before: int
+    tools_after: int
+    tokens_before: int
+    tokens_after: int
+
+    def header(self) -> str:
+        """`X-Mortar-Tool-Selector`: `mode=named; tools=20->1; tokens=2860->144; saved=2716`."""
+        return (
+            f"mode=named; tools={self.tools_before}->{self.tools_after}; "
+            f"tokens={self.tokens_before}->{self.tokens_after}; "
+            f"saved={self.tokens_before - self.tokens_after}"
+        )
+
+    def as_dict(self) -> dict[str, int | str]:
+        return {"mode": "named", **asdict(self), "saved": self.tokens_before - self.tokens_after}
+
+
+def select_named_tool(chat: ChatRequest, counter: TokenCounter) -> ToolSelection:
+    """Drop every tool but the named one from `chat`, and say what that saved."""
     named = chat.named_tool
     if named is None or not chat.tools:
         raise InvalidParameter(
@@ -21,10 +42,10 @@ def select_named_tool(chat: ChatRequest, counter: TokenCounter) -> str:
         )
     before = chat.tools
     after = [tool for tool in before if tool["function"]["name"] == named]
-    tokens_before = counter.tools_tokens(before)
-    tokens_after = counter.tools_tokens(after)
     chat.tools = after
-    return (
-        f"mode=named; tools={len(before)}->{len(after)}; "
-        f"tokens={tokens_before}->{tokens_after}; saved={tokens_before - tokens_after}"
+    return ToolSelection(
+        tools_before=len(before),
+        tools_after=len(after),
+        tokens_before=counter.tools_tokens(before),
+        tokens_after=counter.tools_tokens(after),
     )

@@ -77,7 +77,7 @@ def _committed_tenant(name: str) -> Tenant:
 def tenant(django_db_setup: None, django_db_blocker) -> Tenant:
     """An organization and key committed to the test database, visible to server processes."""
     with django_db_blocker.unblock():
-        return _committed_tenant("acme")
+        return _committed_tenant("acme-tests")
 
 
 @pytest.fixture(scope="session")

@@ -70,7 +70,7 @@ def test_applying_twice_changes_nothing_more(tmp_path: Path) -> None:
         CatalogModel.objects.count(),
         Organization.objects.count(),
     ) == counts
-    assert "updated deployment vllm-a" in out and "kept organization acme" in out
+    assert "updated deployment vllm-a" in out and "updated organization acme" in out
 
 
 def test_a_changed_file_updates_in_place(tmp_path: Path) -> None:
@@ -127,3 +127,37 @@ def test_a_bad_file_is_refused_with_where_and_why(tmp_path: Path, text: str, mes
 def test_a_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(CommandError, match="Cannot read"):
         call_command("applyconfig", str(tmp_path / "nope.yaml"))
+
+
+def test_prices_optimizer_mode_and_retention_are_applied(tmp_path: Path) -> None:
+    apply(
+        tmp_path,
+        """
+deployments:
+  - name: opt
+    upstreams: ["http://127.0.0.1:9001/v1"]
+    optimizer: "on"
+models:
+  - id: priced
+    deployment: opt
+    prices: {input: 0.20, cached_input: 0.05, output: 0.60}
+organizations:
+  - name: private-co
+    retention: metadata
+    retention_days: 7
+    optimize_default: "off"
+""",
+    )
+    assert Deployment.objects.get(name="opt").optimizer_mode == "on"
+    model = CatalogModel.objects.get(id="priced")
+    assert (str(model.price_input), str(model.price_cached_input), str(model.price_output)) == (
+        "0.200000",
+        "0.050000",
+        "0.600000",
+    )
+    organization = Organization.objects.get(name="private-co")
+    assert (organization.retention, organization.retention_days, organization.optimize_default) == (
+        "metadata",
+        7,
+        "off",
+    )

@@ -66,7 +66,7 @@ deployments:
   - name: mock-dead-first
     upstreams: ["{dead}", "{a}"]
 models:
-  - id: qwen-upstream
+  - id: pair-model
     deployment: mock-pair
     context_window: 32768
   - id: mock-one
@@ -78,7 +78,7 @@ models:
   - id: mock-dead-first
     deployment: mock-dead-first
 organizations:
-  - name: acme
+  - name: acme-tests
 """
 
 
