@@ -1,6 +1,7 @@
 """The ASGI application: Django for HTTP, channels for websockets, and a lifespan that flushes
 the run writer on shutdown."""
 
+import asyncio
 import os
 
 from django.core.asgi import get_asgi_application
@@ -8,17 +9,21 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 django_asgi_app = get_asgi_application()
 
+from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from dashboard.routing import websocket_urlpatterns  # noqa: E402
+from gateway.tokens import default_counter  # noqa: E402
+from gateway.upstream import close_clients  # noqa: E402
 from telemetry.writer import close_run_writer  # noqa: E402
-
-websocket_urlpatterns: list = []
 
 router = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(URLRouter(websocket_urlpatterns)),
+        "websocket": AllowedHostsOriginValidator(
+            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+        ),
     }
 )
 
@@ -29,8 +34,11 @@ async def application(scope, receive, send):  # type: ignore[no-untyped-def]
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
+            # Load the tokenizer now, not on the first request (~0.3 s).
+            await asyncio.to_thread(default_counter)
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             await close_run_writer()  # flush what is queued before the process ends
+            await close_clients()
             await send({"type": "lifespan.shutdown.complete"})
             return

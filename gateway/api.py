@@ -12,6 +12,8 @@ from gateway.auth import authenticate
 from gateway.errors import InvalidRequest, MortarError
 from gateway.responses import error_response, json_response
 from gateway.selectors import model_list
+from replay.api import router as replay_router
+from telemetry.api import router as telemetry_router
 
 router = Router()
 
@@ -50,6 +52,8 @@ api = NinjaAPI(
     docs_url=None,  # the interactive docs load assets from a CDN; Mortar runs offline
 )
 api.add_router("/", router)
+api.add_router("/telemetry", telemetry_router)
+api.add_router("/", replay_router)
 
 
 @api.exception_handler(MortarError)

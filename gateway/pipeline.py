@@ -27,7 +27,7 @@ from gateway.errors import MortarError, RequestTooLarge
 from gateway.forwarding import encode_body, forward, upstream_body
 from gateway.generation import Generation
 from gateway.headers import read_mortar_headers
-from gateway.models import Deployment
+from gateway.models import Deployment, Organization
 from gateway.optimizer import optimize
 from gateway.planning import plan_output_cap
 from gateway.responses import error_response
@@ -38,6 +38,8 @@ from gateway.streaming import Relay, json_response, streaming_response
 from gateway.tokens import TokenCounter, default_counter
 from gateway.tool_selector import select_named_tool
 from gateway.validation import ChatRequest, parse_json_body, validate_chat_request
+from telemetry.costs import Prices
+from telemetry.events import event_publisher
 from telemetry.models import Run
 from telemetry.recording import RunRecorder
 from telemetry.writer import run_writer
@@ -109,14 +111,16 @@ async def chat_completion(request: HttpRequest) -> HttpResponse:
         "X-Mortar-Run-Id": accepted.completion_id,
     }
 
+    organization = key.organization
     recorder = RunRecorder(
-        run_id=accepted.completion_id, accepted_at=accepted.accepted_at, writer=run_writer()
+        run_id=accepted.completion_id,
+        accepted_at=accepted.accepted_at,
+        organization_id=organization.id,
+        writer=run_writer(),
+        events=event_publisher(),
+        keep_content=organization.retention == Organization.Retention.FULL,
     )
-    recorder.set(
-        organization_id=key.organization_id,
-        api_key_id=key.id,
-        request_id=getattr(request, "request_id", ""),
-    )
+    recorder.set(api_key_id=key.id, request_id=getattr(request, "request_id", ""))
     try:
         body = read_body(request, recorder)
         chat = validate_chat_request(parse_json_body(body))
@@ -145,7 +149,7 @@ async def chat_completion(request: HttpRequest) -> HttpResponse:
         chat.messages, optimizer_report = optimize(
             chat.messages,
             deployment_mode=deployment.optimizer_mode,
-            organization_default=key.organization.optimize_default,
+            organization_default=organization.optimize_default,
             requested=mortar_headers.optimize,
         )
         headers["X-Mortar-Optimizer"] = optimizer_report.header()
@@ -164,32 +168,40 @@ async def chat_completion(request: HttpRequest) -> HttpResponse:
     except MortarError as error:
         return refuse(error, recorder, headers)
 
+    forwarding = deployment.kind == Deployment.Kind.UPSTREAM
+    upstream_request = None
+    if forwarding:
+        upstream_request = encode_body(
+            upstream_body(
+                chat, upstream_model=deployment.upstream_model or model.id, max_tokens=max_tokens
+            )
+        )
+    recorder.open(stream=stream, max_tokens=max_tokens, upstream_request=upstream_request)
+    recorder.publish("optimizer.report", report=optimizer_report.as_dict())
+
     generation = Generation()
     try:
-        if deployment.kind == Deployment.Kind.UPSTREAM:
-            body = encode_body(
-                upstream_body(
-                    chat,
-                    upstream_model=deployment.upstream_model or model.id,
-                    max_tokens=max_tokens,
-                )
-            )
-            recorder.open(stream=stream, max_tokens=max_tokens, upstream_request=body)
+        if forwarding:
+            assert upstream_request is not None
             forwarded = await forward(
                 chat,
                 deployment=deployment,
                 session=session,
                 max_tokens=max_tokens,
-                body=body,
+                body=upstream_request,
                 generation=generation,
                 counter=counter,
             )
             headers["X-Mortar-Upstream"] = forwarded.replica
-            recorder.set(replica=forwarded.replica, session_kept=forwarded.session_kept)
+            recorder.routed(
+                deployment=deployment.name,
+                replica=forwarded.replica,
+                session_kept=forwarded.session_kept,
+            )
             deltas = forwarded.deltas
             ping_interval: float | None = settings.MORTAR_PING_SECONDS
         else:
-            recorder.open(stream=stream, max_tokens=max_tokens)
+            recorder.routed(deployment=deployment.name, replica="", session_kept=None)
             scripted = ScriptedModel(counter=counter, delay_ms=deployment.scripted_delay_ms)
             deltas = scripted.generate(chat, max_tokens=max_tokens, generation=generation)
             ping_interval = None
@@ -205,6 +217,11 @@ async def chat_completion(request: HttpRequest) -> HttpResponse:
         recorder=recorder,
         prompt_tokens=prompt_tokens,
         headers=headers,
+        prices=Prices(
+            input=model.price_input,
+            cached_input=model.price_cached_input,
+            output=model.price_output,
+        ),
         ping_interval=ping_interval,
     )
     if stream:

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.http import HttpResponse, StreamingHttpResponse
@@ -21,6 +21,7 @@ from gateway.chunks import DONE, ChunkEncoder, error_event
 from gateway.errors import MortarError
 from gateway.generation import Generation
 from gateway.responses import error_response
+from telemetry.costs import Prices, cached_tokens_of, usage_cost
 from telemetry.models import Run
 from telemetry.recording import RunRecorder
 
@@ -43,6 +44,7 @@ class Relay:
     recorder: RunRecorder
     prompt_tokens: int
     headers: dict[str, str]
+    prices: Prices = field(default_factory=Prices)
     # Seconds of upstream silence before a `: ping` comment (spec: every 10 s when the
     # deployment forwards to a model server); None for the scripted model.
     ping_interval: float | None = None
@@ -74,6 +76,8 @@ class Relay:
             prompt_tokens=usage["prompt_tokens"],
             completion_tokens=usage["completion_tokens"],
             total_tokens=usage.get("total_tokens", 0),
+            cached_tokens=cached_tokens_of(usage),
+            cost=usage_cost(usage, self.prices),
             usage=usage,
             usage_source=source,
             **fields,

@@ -1,4 +1,10 @@
-"""Record one run as it happens: its row, and every chunk exactly as it was sent."""
+"""Record one run as it happens: its row, every chunk exactly as it was sent, and live events.
+
+Nothing here waits on the database or Redis: rows go to the run writer's queue, events to the
+event publisher's queue. Under an organization's `metadata` retention no prompt or reply text
+is kept (no request body, no chunks), except the body of a request refused with 400, kept for
+debugging until the retention purge removes it after 7 days.
+"""
 
 from __future__ import annotations
 
@@ -6,24 +12,45 @@ import time
 from datetime import datetime, timedelta
 from typing import Any
 
+from telemetry.events import EventPublisher
 from telemetry.models import Run
 from telemetry.writer import ChunkSent, RunClosed, RunOpened, RunWriter
 
+CONTENT_FIELDS = ("request_body", "upstream_request")
+
 
 class RunRecorder:
-    """Collects a run's fields and chunks and hands them to the run writer, never blocking."""
+    """Collects a run's fields and chunks and hands them on, never blocking."""
 
-    def __init__(self, *, run_id: str, accepted_at: datetime, writer: RunWriter):
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        accepted_at: datetime,
+        organization_id: int,
+        writer: RunWriter,
+        events: EventPublisher | None,
+        keep_content: bool = True,
+    ):
         self.run_id = run_id
         self.accepted_at = accepted_at
+        self.organization_id = organization_id
+        self.keep_content = keep_content
         self._started = time.perf_counter()
         self._writer = writer
-        self._fields: dict[str, Any] = {"id": run_id, "accepted_at": accepted_at}
-        self._opened = False
+        self._events = events
+        self._fields: dict[str, Any] = {
+            "id": run_id,
+            "accepted_at": accepted_at,
+            "organization_id": organization_id,
+        }
         self._late_fields: dict[str, Any] = {}
+        self._opened = False
         self._closed = False
         self._seq = 0
         self.first_token_at: datetime | None = None
+
+    # -- fields and events ---------------------------------------------------------------
 
     def set(self, **fields: Any) -> None:
         """Note fields of the run; once it is open they are written with its outcome."""
@@ -32,27 +59,66 @@ class RunRecorder:
         else:
             self._fields.update(fields)
 
+    def publish(self, event_type: str, **fields: Any) -> None:
+        if self._events is not None:
+            self._events.publish(
+                self.organization_id,
+                event_type,
+                self.run_id,
+                session=self._fields.get("session", ""),
+                **fields,
+            )
+
     def _now(self) -> tuple[int, datetime]:
         elapsed_us = int((time.perf_counter() - self._started) * 1_000_000)
         return elapsed_us, self.accepted_at + timedelta(microseconds=elapsed_us)
 
+    def _publish_accepted(self) -> None:
+        self.publish(
+            "request.accepted",
+            model=self._fields.get("model", ""),
+            deployment=self._fields.get("deployment", ""),
+            endUser=self._fields.get("end_user", ""),
+            stream=self._fields.get("stream"),
+        )
+
+    def _stored(self, fields: dict[str, Any], *, keep_body: bool = False) -> dict[str, Any]:
+        if self.keep_content or keep_body:
+            return dict(fields)
+        return {key: value for key, value in fields.items() if key not in CONTENT_FIELDS}
+
+    # -- the run's life ------------------------------------------------------------------
+
     def open(self, **fields: Any) -> None:
         """Write the run as in progress, before its first chunk."""
         self._fields.update(fields, status=Run.Status.IN_PROGRESS)
-        self._writer.submit(RunOpened(dict(self._fields)))
+        self._writer.submit(RunOpened(self._stored(self._fields)))
         self._opened = True
+        self._publish_accepted()
+
+    def routed(self, *, deployment: str, replica: str, session_kept: bool | None) -> None:
+        self.set(replica=replica, session_kept=session_kept)
+        self.publish(
+            "request.routed",
+            deployment=deployment,
+            replica=replica or None,
+            sessionKept=session_kept,
+        )
 
     def chunk(self, data: bytes) -> None:
         offset_us, _ = self._now()
-        self._writer.submit(ChunkSent(self.run_id, self._seq, offset_us, data))
+        if self.keep_content:
+            self._writer.submit(ChunkSent(self.run_id, self._seq, offset_us, data))
         self._seq += 1
 
     def mark_first_token(self) -> None:
         if self.first_token_at is None:
             _, self.first_token_at = self._now()
+            ttft = self.first_token_at - self.accepted_at
+            self.publish("generation.first_token", ttftMs=round(ttft.total_seconds() * 1000, 1))
 
     def close(self, *, status: str, **fields: Any) -> None:
-        """Write the run's outcome; only the first close counts."""
+        """Write the run's outcome and publish it; only the first close counts."""
         if self._closed:
             return
         self._closed = True
@@ -66,7 +132,57 @@ class RunRecorder:
             "chunk_count": self._seq,
         }
         if self._opened:
-            self._writer.submit(RunClosed(self.run_id, outcome))
+            self._writer.submit(RunClosed(self.run_id, self._stored(outcome)))
         else:
             self._fields.update(outcome)
-            self._writer.submit(RunOpened(dict(self._fields)))
+            refused_400 = status == Run.Status.REFUSED and fields.get("http_status") == 400
+            self._writer.submit(RunOpened(self._stored(self._fields, keep_body=refused_400)))
+            self._publish_accepted()
+        self._publish_outcome(status, {**self._fields, **outcome}, finished_at)
+
+    def _publish_outcome(self, status: str, run: dict[str, Any], finished_at: datetime) -> None:
+        latency_ms = round((finished_at - self.accepted_at).total_seconds() * 1000, 1)
+        usage = run.get("usage")
+        source = run.get("usage_source", "")
+        if status == Run.Status.COMPLETED:
+            self.publish(
+                "generation.finished",
+                finishReason=run.get("finish_reason", ""),
+                usage=usage,
+                usageSource=source,
+                latencyMs=latency_ms,
+            )
+        elif status in (Run.Status.STOPPED, Run.Status.CANCELLED):
+            self.publish(
+                "generation.stopped",
+                reason=run.get("error_code") or "stopped",
+                usage=usage,
+                usageSource=source,
+                latencyMs=latency_ms,
+            )
+        else:
+            self.publish(
+                "generation.failed",
+                httpStatus=run.get("http_status"),
+                code=run.get("error_code", ""),
+                message=run.get("error_message", ""),
+            )
+        if usage is None:
+            return
+        self.publish(
+            "cache",
+            promptTokens=run.get("prompt_tokens"),
+            cachedTokens=run.get("cached_tokens") or 0,
+            sessionKept=run.get("session_kept"),
+            replica=run.get("replica") or None,
+            usageSource=source,
+        )
+        cost = run.get("cost")
+        self.publish(
+            "cost",
+            cost=None if cost is None else str(cost),
+            promptTokens=run.get("prompt_tokens"),
+            cachedTokens=run.get("cached_tokens") or 0,
+            completionTokens=run.get("completion_tokens"),
+            usageSource=source,
+        )

@@ -1,0 +1,35 @@
+"""Reads for replay: the stored run and its chunks, scoped to an organization."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.utils import timezone
+
+from gateway.models import Organization
+from telemetry.models import Run, RunChunk
+
+
+async def replayable_run(run_id: str, organization: Organization) -> Run | None:
+    """The run, if this organization may replay it: its own, within retention, with content."""
+    if organization.retention != Organization.Retention.FULL:
+        return None
+    run = await Run.objects.filter(pk=run_id, organization=organization).afirst()
+    if run is None:
+        return None
+    if run.accepted_at < timezone.now() - timedelta(days=organization.retention_days):
+        return None
+    return run
+
+
+async def chunks_after(run_id: str, seq: int, limit: int = 500) -> list[RunChunk]:
+    return [
+        chunk
+        async for chunk in RunChunk.objects.filter(run_id=run_id, seq__gt=seq)
+        .order_by("seq")
+        .only("seq", "offset_us", "data")[:limit]
+    ]
+
+
+async def run_status(run_id: str) -> str | None:
+    return await Run.objects.filter(pk=run_id).values_list("status", flat=True).afirst()
