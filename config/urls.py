@@ -1,6 +1,6 @@
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
-from django.urls import path
+from django.urls import include, path
 
 from gateway.api import api
 from gateway.errors import MortarError, RouteNotFound
@@ -12,6 +12,7 @@ urlpatterns = [
     path("readyz", readyz),
     path("v1/", api.urls),
     path("admin/", admin.site.urls),
+    path("dashboard/", include("dashboard.urls")),
 ]
 
 

@@ -1,0 +1,100 @@
+"""The dashboard's websocket: staff see every organization's telemetry live; nobody else."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+
+import httpx
+import orjson
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+from tests.conftest import Tenant
+from tests.support.servers import ServerProcess
+
+pytestmark = pytest.mark.django_db
+PASSWORD = "correct horse battery staple"
+
+
+@pytest.fixture(scope="session")
+def staff_user(django_db_setup, django_db_blocker) -> str:
+    from django.contrib.auth.models import User
+
+    with django_db_blocker.unblock():
+        User.objects.create_user("operator", password=PASSWORD, is_staff=True)
+        User.objects.create_user("visitor", password=PASSWORD, is_staff=False)
+    return "operator"
+
+
+def session_cookie(server: ServerProcess, username: str) -> str:
+    """Sign in through the real login form (with its CSRF token); return the session cookie."""
+    with httpx.Client(base_url=server.base_url) as client:
+        page = client.get("/dashboard/login/")
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)[1]
+        signed_in = client.post(
+            "/dashboard/login/",
+            data={"username": username, "password": PASSWORD, "csrfmiddlewaretoken": token},
+        )
+        assert signed_in.status_code == 302, signed_in.text[:500]
+        return signed_in.cookies["sessionid"]
+
+
+def ws_url(server: ServerProcess) -> str:
+    return f"ws://127.0.0.1:{server.port}/ws/telemetry/"
+
+
+def test_staff_see_events_live(mortar_server: ServerProcess, tenant: Tenant, staff_user) -> None:
+    cookie = session_cookie(mortar_server, staff_user)
+
+    async def scenario() -> list[dict]:
+        async with connect(
+            ws_url(mortar_server),
+            additional_headers={"Cookie": f"sessionid={cookie}", "Origin": mortar_server.base_url},
+        ) as socket:
+            response = await asyncio.to_thread(
+                httpx.post,
+                f"{mortar_server.base_url}/v1/chat/completions",
+                content=orjson.dumps(
+                    {"messages": [{"role": "user", "content": "hi"}], "stream": False}
+                ),
+                headers={"Authorization": f"Bearer {tenant.secret}"},
+            )
+            run_id = response.headers["X-Mortar-Run-Id"]
+            events = []
+            while not any(e["type"] == "cost" and e["runId"] == run_id for e in events):
+                events.append(json.loads(await asyncio.wait_for(socket.recv(), 10)))
+            return [e for e in events if e["runId"] == run_id]
+
+    events = asyncio.run(scenario())
+    assert [e["type"] for e in events] == [
+        "request.accepted",
+        "optimizer.report",
+        "request.routed",
+        "generation.first_token",
+        "generation.finished",
+        "cache",
+        "cost",
+    ]
+    assert {e["organization"] for e in events} == {tenant.organization.id}
+
+
+@pytest.mark.parametrize("who", ["visitor", "anonymous"])
+def test_others_are_turned_away(mortar_server: ServerProcess, staff_user, who: str) -> None:
+    headers = {"Origin": mortar_server.base_url}
+    if who != "anonymous":
+        headers["Cookie"] = f"sessionid={session_cookie(mortar_server, who)}"
+
+    async def scenario() -> int | None:
+        try:
+            async with connect(ws_url(mortar_server), additional_headers=headers) as socket:
+                await asyncio.wait_for(socket.recv(), 5)
+        except ConnectionClosed as closed:
+            return closed.rcvd.code if closed.rcvd else None
+        except Exception as exc:  # the handshake itself refused
+            return getattr(getattr(exc, "response", None), "status_code", -1)
+        return None
+
+    assert asyncio.run(scenario()) in (4403, 403)
