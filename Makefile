@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install serve serve-daphne test lint format clean
+.PHONY: install serve serve-daphne worker beat test lint format clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,14 @@ serve-daphne: install
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py bootstrap
 	$(BIN)/python manage.py runserver $(HOST):$(PORT)
+
+## worker: a Celery worker for background jobs (needs REDIS_URL; embedded mode runs them eagerly)
+worker: install
+	$(BIN)/celery -A config worker --loglevel INFO
+
+## beat: the Celery scheduler (retention purge hourly, usage rollups every 5 minutes)
+beat: install
+	$(BIN)/celery -A config beat --loglevel INFO --schedule var/celerybeat-schedule
 
 ## test: lint, then the whole suite on Postgres and Redis (DATABASE_URL / REDIS_URL)
 test: install lint

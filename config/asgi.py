@@ -14,6 +14,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
+from gateway.live import live_generations  # noqa: E402
 from gateway.tokens import default_counter  # noqa: E402
 from gateway.upstream import close_clients  # noqa: E402
 from telemetry.writer import close_run_writer  # noqa: E402
@@ -36,6 +37,7 @@ async def application(scope, receive, send):  # type: ignore[no-untyped-def]
         if message["type"] == "lifespan.startup":
             # Load the tokenizer now, not on the first request (~0.3 s).
             await asyncio.to_thread(default_counter)
+            await live_generations().start()
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             await close_run_writer()  # flush what is queued before the process ends

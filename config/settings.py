@@ -157,6 +157,24 @@ else:
     CELERY_TASK_ALWAYS_EAGER = True
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"global_keyprefix": f"{REDIS_PREFIX}:celery:"}
+# `celery -A config beat` runs these (PRODUCT.md, "The run store": Celery purges what has
+# expired; issue 4, item 6: hourly usage rollups). Schedules are in seconds.
+CELERY_TIMEZONE = "UTC"
+CELERY_BEAT_SCHEDULE = {
+    "purge-expired-runs": {"task": "telemetry.tasks.purge_expired_runs", "schedule": 3600.0},
+    "rollup-usage": {
+        "task": "telemetry.tasks.rollup_usage",
+        "schedule": 300.0,
+        "kwargs": {"hours": 2},
+    },
+    # Runs the writer's spool drains after a long database outage land in hours the
+    # five-minute refresh no longer looks at; once a day, look back two days.
+    "rollup-usage-late-runs": {
+        "task": "telemetry.tasks.rollup_usage",
+        "schedule": 86400.0,
+        "kwargs": {"hours": 48},
+    },
+}
 
 # Mortar reads the raw body itself and enforces its own 4 MiB limit with a 413 in the OpenAI
 # envelope (PRODUCT.md, decision 7); Django's limit would answer an HTML 400 first.

@@ -10,6 +10,7 @@ from ninja.errors import ValidationError as NinjaValidationError
 from gateway import pipeline
 from gateway.auth import authenticate
 from gateway.errors import InvalidRequest, MortarError
+from gateway.live import live_generations
 from gateway.responses import error_response, json_response
 from gateway.selectors import model_list
 from replay.api import router as replay_router
@@ -21,6 +22,15 @@ router = Router()
 @router.post("/chat/completions")
 async def chat_completions(request: HttpRequest) -> HttpResponse:
     return await pipeline.chat_completion(request)
+
+
+@router.post("/generations/{run_id}/stop")
+async def stop_generation(request: HttpRequest, run_id: str) -> HttpResponse:
+    """Spec, "Stop a generation": 200 when stopped, else 404 with the same body — finished,
+    unknown and another organization's generations are indistinguishable."""
+    key = await authenticate(request)
+    stopped = await live_generations().stop(run_id, key.organization_id)
+    return json_response({"stopped": stopped, "id": run_id}, status=200 if stopped else 404)
 
 
 @router.get("/models")

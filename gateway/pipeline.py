@@ -27,6 +27,7 @@ from gateway.errors import MortarError, RequestTooLarge
 from gateway.forwarding import encode_body, forward, upstream_body
 from gateway.generation import Generation
 from gateway.headers import read_mortar_headers
+from gateway.live import live_generations
 from gateway.models import Deployment, Organization
 from gateway.optimizer import optimize
 from gateway.planning import plan_output_cap
@@ -178,6 +179,11 @@ async def chat_completion(request: HttpRequest) -> HttpResponse:
         )
     recorder.open(stream=stream, max_tokens=max_tokens, upstream_request=upstream_request)
     recorder.publish("optimizer.report", report=optimizer_report.as_dict())
+    live = live_generations()
+    stop = await live.register(accepted.completion_id, organization.id)
+
+    async def release() -> None:
+        await live.unregister(accepted.completion_id)
 
     generation = Generation()
     try:
@@ -206,7 +212,11 @@ async def chat_completion(request: HttpRequest) -> HttpResponse:
             deltas = scripted.generate(chat, max_tokens=max_tokens, generation=generation)
             ping_interval = None
     except MortarError as error:
+        await release()
         return refuse(error, recorder, headers)
+    except BaseException:
+        await release()
+        raise
 
     relay = Relay(
         deltas=deltas,
@@ -223,6 +233,8 @@ async def chat_completion(request: HttpRequest) -> HttpResponse:
             output=model.price_output,
         ),
         ping_interval=ping_interval,
+        stop=stop,
+        release=release,
     )
     if stream:
         return streaming_response(relay, include_usage=chat.include_usage)

@@ -13,6 +13,7 @@ import asyncio
 import re
 import secrets
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -120,8 +121,21 @@ def text_pieces(text: str) -> list[str]:
     return pieces
 
 
+@dataclass(frozen=True)
+class Script:
+    """A whole reply, decided up front, to be sent piece by piece."""
+
+    deltas: list[dict[str, Any]]
+    completion_tokens: int
+    finish_reason: str
+
+
 class ScriptedModel:
-    """Generates a reply as a stream of `delta` objects, pausing `delay` seconds between them."""
+    """Generates a reply as a stream of `delta` objects, pausing `delay` seconds between them.
+
+    `generation` holds what was actually sent: a reply stopped half-way has half its text, and
+    the tokens of the pieces sent so far.
+    """
 
     def __init__(self, *, counter: TokenCounter, delay_ms: int = 0):
         self.counter = counter
@@ -131,40 +145,38 @@ class ScriptedModel:
         self, chat: ChatRequest, *, max_tokens: int, generation: Generation
     ) -> AsyncIterator[dict[str, Any]]:
         tools = tools_to_call(chat)
-        if tools:
-            pieces = self._tool_call_deltas(tools, generation)
-        else:
-            pieces = self._text_deltas(chat, max_tokens, generation)
-        for i, delta in enumerate(pieces):
-            if i and self.delay:
-                await asyncio.sleep(self.delay)
-            yield delta
+        script = self._tool_calls(tools) if tools else self._text(chat, max_tokens)
+        finished = False
+        try:
+            for i, delta in enumerate(script.deltas):
+                if i and self.delay:
+                    await asyncio.sleep(self.delay)
+                generation.add_delta(delta)
+                yield delta
+            finished = True
+        finally:
+            if finished:
+                generation.finish_reason = script.finish_reason
+                generation.completion_tokens = script.completion_tokens
+            else:
+                generation.completion_tokens = self.counter.count(generation.content or "")
 
-    def _text_deltas(
-        self, chat: ChatRequest, max_tokens: int, generation: Generation
-    ) -> list[dict[str, Any]]:
+    def _text(self, chat: ChatRequest, max_tokens: int) -> Script:
         text, tokens, cut = self.counter.truncate(reply_text(chat.messages), max_tokens)
-        generation.content = text
-        generation.completion_tokens = tokens
-        generation.finish_reason = "length" if cut else "stop"
-        return [{"content": piece} for piece in text_pieces(text)]
+        return Script(
+            deltas=[{"content": piece} for piece in text_pieces(text)],
+            completion_tokens=tokens,
+            finish_reason="length" if cut else "stop",
+        )
 
-    def _tool_call_deltas(
-        self, tools: list[dict[str, Any]], generation: Generation
-    ) -> list[dict[str, Any]]:
+    def _tool_calls(self, tools: list[dict[str, Any]]) -> Script:
         deltas: list[dict[str, Any]] = []
+        tokens = 0
         for index, tool in enumerate(tools):
             function = tool["function"]
             call_id = f"call_{secrets.token_hex(12)}"
             arguments = orjson.dumps(empty_arguments(function.get("parameters"))).decode()
-            generation.calls[index] = {
-                "id": call_id,
-                "type": "function",
-                "function": {"name": function["name"], "arguments": arguments},
-            }
-            generation.completion_tokens += self.counter.tool_call_tokens(
-                function["name"], arguments
-            )
+            tokens += self.counter.tool_call_tokens(function["name"], arguments)
             # The first piece of a call carries its index, id, type and name (spec, "Call
             # tools"); the pieces after it only the index and the next part of the arguments.
             deltas.append(
@@ -182,5 +194,4 @@ class ScriptedModel:
             for start in range(0, len(arguments), ARGUMENT_PIECE_CHARS):
                 piece = arguments[start : start + ARGUMENT_PIECE_CHARS]
                 deltas.append({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
-        generation.finish_reason = "tool_calls"
-        return deltas
+        return Script(deltas=deltas, completion_tokens=tokens, finish_reason="tool_calls")

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,9 @@ from telemetry.models import Run
 from telemetry.recording import RunRecorder
 
 logger = logging.getLogger(__name__)
+
+# A stopped non-streaming reply says so (the spec leaves it open; OpenAI's values don't cover it).
+STOPPED_FINISH_REASON = "stopped"
 
 
 class GenerationFailed(MortarError):
@@ -45,6 +49,9 @@ class Relay:
     prompt_tokens: int
     headers: dict[str, str]
     prices: Prices = field(default_factory=Prices)
+    # Set when someone presses Stop (gateway/live.py); `release` unregisters the generation.
+    stop: asyncio.Event | None = None
+    release: Callable[[], Awaitable[None]] | None = None
     # Seconds of upstream silence before a `: ping` comment (spec: every 10 s when the
     # deployment forwards to a model server); None for the scripted model.
     ping_interval: float | None = None
@@ -72,7 +79,9 @@ class Relay:
         usage, source = self.usage()
         self.recorder.close(
             status=status,
-            finish_reason=self.generation.finish_reason if status == Run.Status.COMPLETED else "",
+            finish_reason=self.generation.finish_reason
+            if status in (Run.Status.COMPLETED, Run.Status.STOPPED)
+            else "",
             prompt_tokens=usage["prompt_tokens"],
             completion_tokens=usage["completion_tokens"],
             total_tokens=usage.get("total_tokens", 0),
@@ -87,36 +96,51 @@ class Relay:
 PING = b": ping\n\n"
 
 
-async def with_pings(
-    deltas: AsyncIterator[dict[str, Any]], interval: float | None
-) -> AsyncIterator[dict[str, Any] | None]:
-    """Yield the deltas, and None whenever `interval` seconds pass without one."""
-    if not interval:
+class Signal(enum.Enum):
+    PING = "ping"  # the model has been quiet for the ping interval
+    STOPPED = "stopped"  # someone pressed Stop
+
+
+async def watch(
+    deltas: AsyncIterator[dict[str, Any]],
+    *,
+    ping_interval: float | None,
+    stop: asyncio.Event | None,
+) -> AsyncIterator[dict[str, Any] | Signal]:
+    """Yield the deltas; Signal.PING after `ping_interval` quiet seconds; Signal.STOPPED (and
+    nothing after it) as soon as `stop` is set, even while the model is silent."""
+    if ping_interval is None and stop is None:
         async for delta in deltas:
             yield delta
         return
+    stopped = asyncio.ensure_future(stop.wait()) if stop is not None else None
     pending: asyncio.Future[dict[str, Any]] | None = None
     try:
         while True:
             if pending is None:
                 pending = asyncio.ensure_future(anext(deltas))
-            done, _ = await asyncio.wait({pending}, timeout=interval)
+            waiting = {pending} if stopped is None else {pending, stopped}
+            done, _ = await asyncio.wait(
+                waiting, timeout=ping_interval, return_when=asyncio.FIRST_COMPLETED
+            )
+            if stopped is not None and stopped in done:
+                yield Signal.STOPPED
+                return
             if not done:
-                yield None
+                yield Signal.PING
                 continue
+            finished, pending = pending, None
             try:
-                delta = pending.result()
+                delta = finished.result()
             except StopAsyncIteration:
                 return
-            finally:
-                if done:
-                    pending = None
             yield delta
     finally:
-        if pending is not None and not pending.done():
-            pending.cancel()
-            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                await pending
+        for future in (pending, stopped):
+            if future is not None and not future.done():
+                future.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                    await future
 
 
 def streaming_response(relay: Relay, *, include_usage: bool) -> StreamingHttpResponse:
@@ -139,19 +163,34 @@ async def sse_events(relay: Relay, *, include_usage: bool) -> AsyncIterator[byte
 
     try:
         yield sent(encoder.delta({"role": "assistant"}))
-        async for delta in with_pings(relay.deltas, relay.ping_interval):
-            if delta is None:
-                yield sent(PING)
-                continue
-            recorder.mark_first_token()
-            yield sent(encoder.delta(delta))
-        yield sent(encoder.finish(relay.generation.finish_reason))
+        stopped = False
+        # aclosing: leaving the loop early must cancel watch's pending read at once.
+        async with contextlib.aclosing(
+            watch(relay.deltas, ping_interval=relay.ping_interval, stop=relay.stop)
+        ) as watched:
+            async for delta in watched:
+                if delta is Signal.PING:
+                    yield sent(PING)
+                    continue
+                if delta is Signal.STOPPED:
+                    stopped = True
+                    break
+                recorder.mark_first_token()
+                yield sent(encoder.delta(delta))  # type: ignore[arg-type]
+        if stopped:
+            # Spec, "When a stream ends early": a stopped generation sends no finish chunk;
+            # the usage chunk, if asked for, and [DONE] still follow. Close the model first.
+            await relay.deltas.aclose()  # type: ignore[attr-defined]
+            relay.generation.finish_reason = STOPPED_FINISH_REASON
+        else:
+            yield sent(encoder.finish(relay.generation.finish_reason))
         if include_usage:
             yield sent(encoder.usage(relay.usage()[0]))
         yield sent(DONE)
-        relay.close_run(Run.Status.COMPLETED, http_status=200)
+        relay.close_run(Run.Status.STOPPED if stopped else Run.Status.COMPLETED, http_status=200)
     except (asyncio.CancelledError, GeneratorExit):
-        # The client went away (Django cancels the response task, or closes this generator).
+        # The client went away (Django cancels the response task, or closes this generator):
+        # that stops the generation too; the finally closes the model server's stream.
         relay.close_run(Run.Status.CANCELLED, http_status=200, error_code="client_disconnected")
         raise
     except Exception as exc:
@@ -168,13 +207,26 @@ async def sse_events(relay: Relay, *, include_usage: bool) -> AsyncIterator[byte
         )
     finally:
         await relay.deltas.aclose()  # type: ignore[attr-defined]
+        if relay.release is not None:
+            await relay.release()
 
 
 async def json_response(relay: Relay) -> HttpResponse:
-    """Run the generation to its end and answer with one `chat.completion` object."""
+    """Run the generation to its end — or its stop — and answer with one object."""
+    status = Run.Status.COMPLETED
     try:
-        async for _ in relay.deltas:
-            relay.recorder.mark_first_token()
+        async with contextlib.aclosing(
+            watch(relay.deltas, ping_interval=None, stop=relay.stop)
+        ) as watched:
+            async for delta in watched:
+                if delta is Signal.STOPPED:
+                    status = Run.Status.STOPPED
+                    break
+                relay.recorder.mark_first_token()
+        if status == Run.Status.STOPPED:
+            # What was generated so far, with finish_reason "stopped" (README).
+            await relay.deltas.aclose()  # type: ignore[attr-defined]
+            relay.generation.finish_reason = STOPPED_FINISH_REASON
     except asyncio.CancelledError:
         relay.close_run(Run.Status.CANCELLED, http_status=499, error_code="client_disconnected")
         raise
@@ -190,6 +242,8 @@ async def json_response(relay: Relay) -> HttpResponse:
         return response
     finally:
         await relay.deltas.aclose()  # type: ignore[attr-defined]
+        if relay.release is not None:
+            await relay.release()
     generation = relay.generation
     body = relay.encoder.completion(
         message=generation.message(),
@@ -197,5 +251,5 @@ async def json_response(relay: Relay) -> HttpResponse:
         usage=relay.usage()[0],
     )
     relay.recorder.chunk(body)
-    relay.close_run(Run.Status.COMPLETED, http_status=200)
+    relay.close_run(status, http_status=200)
     return HttpResponse(body, content_type="application/json", headers=relay.headers)

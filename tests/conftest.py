@@ -67,6 +67,14 @@ def mortar_server(
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def second_server(mortar_server: ServerProcess, tmp_path_factory) -> Iterator[ServerProcess]:
+    """Another worker process on the same database and Redis."""
+    server = start_mortar(_server_env(), log_dir=tmp_path_factory.mktemp("second"))
+    yield server
+    server.stop()
+
+
 def _committed_tenant(name: str) -> Tenant:
     organization, _ = Organization.objects.get_or_create(name=name)
     issued = key_create(organization=organization, name="tests")

@@ -5,26 +5,17 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 from decimal import Decimal
 
 import httpx
 import orjson
 import pytest
 
-from tests.conftest import Tenant, _server_env, manage, wait_for_run
-from tests.support.servers import ServerProcess, start_mortar
+from tests.conftest import Tenant, manage, wait_for_run
+from tests.support.servers import ServerProcess
 from tests.support.upstreams import MockPair
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(scope="module")
-def second_server(mortar_server: ServerProcess, tmp_path_factory) -> Iterator[ServerProcess]:
-    """Another worker process on the same database and Redis."""
-    server = start_mortar(_server_env(), log_dir=tmp_path_factory.mktemp("second"))
-    yield server
-    server.stop()
 
 
 def complete(server: ServerProcess, tenant: Tenant, **body) -> httpx.Response:

@@ -1,0 +1,180 @@
+"""Hourly usage rollups: runs summed per hour, organization, key, end user, model, deployment.
+
+Issue 4, item 6: the dashboard reads these rows instead of scanning runs. Decisions:
+
+- **Whole hours are recomputed**, never incremented: an hour's rows are rebuilt from its runs
+  (by `accepted_at`) in one transaction, so running twice, or two workers at once, gives the
+  same rows, and a run written late (the writer's spool drained after an outage, a long
+  stream finishing) is counted when its hour is recomputed.
+- **Which hours**: those with a run accepted or finished since a watermark. The task keeps the
+  watermark in the cache (Redis): each refresh starts at the earlier of "`hours` ago" and the
+  start of the last successful refresh, bounded by `MAX_CATCH_UP`, so a worker that was down
+  catches up. Runs finishing more than `LATE_FINISH_WINDOW` after acceptance are not looked
+  for (this keeps the search on the `accepted_at` index; `finished_at` has none).
+- **In-progress runs are left out**: a run counts once it has an outcome, in the hour it was
+  accepted; that hour is recomputed because the run's `finished_at` is recent. So every run
+  counted has finished, and `latency_ms_sum / requests` is the mean latency. A run left
+  `in_progress` forever (a crashed server) is never counted.
+- **An error** is a run that did not deliver its answer: status `failed` or `refused`, or any
+  HTTP status >= 400. `stopped` and `cancelled` runs are not errors (the client chose so);
+  a stream that failed after its 200 is (status `failed`).
+- Nulls count as 0; a shared (deduplicated) run counts as a request, its cost is already 0.
+- Latency and time to first token are summed as intervals and floored to milliseconds.
+- Recomputing an hour whose runs retention has purged would shrink its rows: recompute old
+  hours only while their runs are stored (the automatic refresh only looks back `hours`).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+from django.core.cache import cache
+from django.db import transaction
+from django.db.models import BigIntegerField, Count, DecimalField, F, Q, Sum, Value
+from django.db.models.functions import Coalesce, TruncHour
+from django.utils import timezone
+
+from telemetry.models import Run, UsageRollup
+
+logger = logging.getLogger(__name__)
+
+ONE_HOUR = timedelta(hours=1)
+LATE_FINISH_WINDOW = timedelta(hours=24)
+MAX_CATCH_UP = timedelta(days=7)
+WATERMARK_KEY = "telemetry:usage-rollups:watermark"
+
+IS_ERROR = Q(status__in=[Run.Status.FAILED, Run.Status.REFUSED]) | Q(http_status__gte=400)
+GROUP_FIELDS = ["hour", "organization", "api_key_id", "end_user", "model", "deployment"]
+MEASURE_FIELDS = [
+    "requests",
+    "errors",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "cost",
+    "latency_ms_sum",
+    "ttft_ms_sum",
+    "ttft_count",
+]
+
+
+@dataclass(frozen=True)
+class RollupCounts:
+    hours: int = 0
+    rows: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def usage_rollups_catch_up(*, hours: int, now: datetime | None = None) -> RollupCounts:
+    """Recompute the hours touched since the watermark (at least `hours` back); move it on."""
+    now = now or timezone.now()
+    since = now - timedelta(hours=hours)
+    watermark = cache.get(WATERMARK_KEY)
+    if isinstance(watermark, datetime):
+        since = max(min(since, watermark), now - MAX_CATCH_UP)
+    counts = usage_rollups_refresh(since=since, until=now)
+    # Only after success: a refresh that failed is retried from the old watermark.
+    cache.set(WATERMARK_KEY, now, timeout=None)
+    return counts
+
+
+def usage_rollups_refresh(*, since: datetime, until: datetime | None = None) -> RollupCounts:
+    """Recompute every hour with a run accepted or finished in [since, until)."""
+    hours = usage_rollup_hours_touched(since=since, until=until)
+    rows = sum(usage_rollup_hour_recompute(hour=hour) for hour in hours)
+    if hours:
+        logger.info("usage rollups: %d hours recomputed, %d rows", len(hours), rows)
+    return RollupCounts(hours=len(hours), rows=rows)
+
+
+def usage_rollup_hours_touched(*, since: datetime, until: datetime | None = None) -> list[datetime]:
+    """Return the hours (by `accepted_at`) of runs accepted or finished in [since, until)."""
+    accepted = Q(accepted_at__gte=since)
+    finished = Q(finished_at__gte=since)
+    if until is not None:
+        accepted &= Q(accepted_at__lt=until)
+        finished &= Q(finished_at__lt=until)
+    runs = Run.objects.filter(accepted_at__gte=since - LATE_FINISH_WINDOW).filter(
+        accepted | finished
+    )
+    return list(
+        runs.annotate(hour=TruncHour("accepted_at", tzinfo=UTC))
+        .order_by("hour")
+        .values_list("hour", flat=True)
+        .distinct()
+    )
+
+
+@transaction.atomic
+def usage_rollup_hour_recompute(*, hour: datetime) -> int:
+    """Replace the hour's rollup rows with sums of its finished runs; return the row count."""
+    hour = hour.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    rows = _hour_rows(hour)
+    UsageRollup.objects.filter(hour=hour).delete()
+    # Upsert rather than insert: a refresh of the same hour committing meanwhile (another
+    # worker) must not make this one fail; the last to commit wins, both computed the same.
+    UsageRollup.objects.bulk_create(
+        rows,
+        update_conflicts=True,
+        unique_fields=GROUP_FIELDS,
+        update_fields=MEASURE_FIELDS,
+    )
+    return len(rows)
+
+
+def _hour_rows(hour: datetime) -> list[UsageRollup]:
+    groups = (
+        Run.objects.filter(accepted_at__gte=hour, accepted_at__lt=hour + ONE_HOUR)
+        .exclude(status=Run.Status.IN_PROGRESS)
+        .annotate(key_id=Coalesce(F("api_key"), Value(0), output_field=BigIntegerField()))
+        .values("organization", "key_id", "end_user", "model", "deployment")
+        .annotate(
+            requests=Count("pk"),
+            errors=Count("pk", filter=IS_ERROR),
+            prompt=_sum("prompt_tokens"),
+            completion=_sum("completion_tokens"),
+            cached=_sum("cached_tokens"),
+            cost_sum=Coalesce(
+                Sum("cost"),
+                Value(Decimal(0)),
+                output_field=DecimalField(max_digits=20, decimal_places=9),
+            ),
+            latency=Sum(F("finished_at") - F("accepted_at")),
+            ttft=Sum(F("first_token_at") - F("accepted_at")),
+            ttft_count=Count("pk", filter=Q(first_token_at__isnull=False)),
+        )
+        .order_by()
+    )
+    return [
+        UsageRollup(
+            hour=hour,
+            organization_id=group["organization"],
+            api_key_id=group["key_id"],
+            end_user=group["end_user"],
+            model=group["model"],
+            deployment=group["deployment"],
+            requests=group["requests"],
+            errors=group["errors"],
+            prompt_tokens=group["prompt"],
+            completion_tokens=group["completion"],
+            cached_tokens=group["cached"],
+            cost=group["cost_sum"],
+            latency_ms_sum=_ms(group["latency"]),
+            ttft_ms_sum=_ms(group["ttft"]),
+            ttft_count=group["ttft_count"],
+        )
+        for group in groups
+    ]
+
+
+def _sum(field: str) -> Coalesce:
+    return Coalesce(Sum(field), Value(0), output_field=BigIntegerField())
+
+
+def _ms(duration: timedelta | None) -> int:
+    return duration // timedelta(milliseconds=1) if duration else 0

@@ -1,0 +1,197 @@
+"""POST /v1/generations/{id}/stop across worker processes, and clients that hang up."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import httpx
+import orjson
+import pytest
+
+from tests.conftest import Tenant, stored_bytes, wait_for_run
+from tests.support.servers import ServerProcess
+from tests.support.upstreams import MockPair, mock_reset, mock_stats
+
+pytestmark = pytest.mark.django_db
+
+
+class StreamingClient:
+    """Streams one completion on a thread, noting when each event arrived."""
+
+    def __init__(self, server: ServerProcess, tenant: Tenant, body: dict) -> None:
+        self.events: list[tuple[float, bytes]] = []
+        self.headers: dict[str, str] = {}
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(server, tenant, body))
+        self._thread.start()
+
+    def _run(self, server: ServerProcess, tenant: Tenant, body: dict) -> None:
+        with httpx.stream(
+            "POST",
+            f"{server.base_url}/v1/chat/completions",
+            content=orjson.dumps(body),
+            headers={"Authorization": f"Bearer {tenant.secret}"},
+            timeout=60,
+        ) as response:
+            self.headers = dict(response.headers)
+            buffer = b""
+            for raw in response.iter_raw():
+                buffer += raw
+                while b"\n\n" in buffer:
+                    event, buffer = buffer.split(b"\n\n", 1)
+                    self.events.append((time.monotonic(), event + b"\n\n"))
+                    if len(self.events) >= 3:
+                        self._started.set()
+
+    def wait_started(self) -> str:
+        assert self._started.wait(15), "the stream did not start"
+        return self.headers["x-mortar-run-id"]
+
+    def join(self) -> bytes:
+        self._thread.join(60)
+        assert not self._thread.is_alive()
+        return b"".join(event for _, event in self.events)
+
+
+def stop(server: ServerProcess, secret: str, run_id: str) -> httpx.Response:
+    return httpx.post(
+        f"{server.base_url}/v1/generations/{run_id}/stop",
+        headers={"Authorization": f"Bearer {secret}"},
+    )
+
+
+LONG_UPSTREAM = {
+    "model": "mock-patient",
+    "messages": [{"role": "user", "content": "[mock chunks=200 delay_ms=100]"}],
+    "stream_options": {"include_usage": True},
+}
+
+
+def test_a_stop_sent_to_another_process_ends_the_stream_at_once(
+    mortar_server, second_server, tenant, upstream_models: MockPair
+) -> None:
+    mock_reset(upstream_models.a)
+    client = StreamingClient(mortar_server, tenant, LONG_UPSTREAM)
+    run_id = client.wait_started()
+
+    # A running worker: B has served a request before (its first one pays for imports).
+    assert stop(second_server, tenant.secret, "chatcmpl-warm-up").status_code == 404
+    asked = time.monotonic()
+    response = stop(second_server, tenant.secret, run_id)
+    answered = time.monotonic()
+    received = client.join()
+    print("stop answered after", answered - asked, "ended after", client.events[-1][0] - asked)
+
+    assert response.status_code == 200
+    assert response.json() == {"stopped": True, "id": run_id}
+    ended = client.events[-1][0]
+    assert ended - asked <= 0.1, f"the stream ended {ended - asked:.3f}s after the stop"
+    events = [event for _, event in client.events]
+    assert events[-1] == b"data: [DONE]\n\n"
+    assert json.loads(events[-2][6:])["choices"] == []  # the usage chunk still comes
+    assert not any(b'"finish_reason":"' in event for event in events)  # no finish chunk
+
+    run = wait_for_run(run_id)
+    assert run.status == "stopped"
+    assert stored_bytes(run) == received
+    deadline = time.monotonic() + 5
+    while mock_stats(upstream_models.a)["in_flight"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stats = mock_stats(upstream_models.a)
+    assert (stats["cancelled"], stats["in_flight"]) == (1, 0)  # the model server stopped
+    assert stop(second_server, tenant.secret, run_id).status_code == 404  # not twice
+
+
+def test_another_organizations_stop_is_a_404_and_the_stream_goes_on(
+    mortar_server, second_server, tenant, other_tenant, slow_model
+) -> None:
+    client = StreamingClient(
+        mortar_server,
+        tenant,
+        {"model": slow_model, "messages": [{"role": "user", "content": "one two three " * 3}]},
+    )
+    run_id = client.wait_started()
+    response = stop(second_server, other_tenant.secret, run_id)
+    received = client.join()
+    assert response.status_code == 404
+    assert response.json() == {"stopped": False, "id": run_id}
+    assert b'"finish_reason":"stop"' in received and received.endswith(b"data: [DONE]\n\n")
+    assert wait_for_run(run_id).status == "completed"
+
+
+@pytest.mark.parametrize("run_id", ["chatcmpl-000000000000000000000000", "nonsense"])
+def test_stopping_an_unknown_generation_is_a_404(mortar_server, tenant, run_id) -> None:
+    response = stop(mortar_server, tenant.secret, run_id)
+    assert (response.status_code, response.json()) == (404, {"stopped": False, "id": run_id})
+
+
+def test_stopping_a_finished_generation_is_a_404(mortar_server, tenant) -> None:
+    done = httpx.post(
+        f"{mortar_server.base_url}/v1/chat/completions",
+        content=orjson.dumps({"messages": [{"role": "user", "content": "hi"}], "stream": False}),
+        headers={"Authorization": f"Bearer {tenant.secret}"},
+    )
+    assert stop(mortar_server, tenant.secret, done.json()["id"]).status_code == 404
+
+
+def test_a_stopped_json_request_returns_what_was_generated(
+    mortar_server, second_server, tenant, slow_model
+) -> None:
+    result: dict = {}
+
+    def call() -> None:
+        response = httpx.post(
+            f"{mortar_server.base_url}/v1/chat/completions",
+            content=orjson.dumps(
+                {
+                    "model": slow_model,
+                    "stream": False,
+                    "messages": [{"role": "user", "content": "a b c d e f " * 4}],
+                }
+            ),
+            headers={"Authorization": f"Bearer {tenant.secret}", "X-Request-Id": "stop-me"},
+            timeout=30,
+        )
+        result["response"] = response
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    time.sleep(0.7)  # a few 200 ms pieces in
+    from telemetry.models import Run
+
+    run_id = Run.objects.filter(request_id="stop-me").values_list("id", flat=True).first()
+    assert run_id is not None
+    assert stop(second_server, tenant.secret, run_id).status_code == 200
+    thread.join(10)
+    body = result["response"].json()
+    assert body["choices"][0]["finish_reason"] == "stopped"
+    content = body["choices"][0]["message"]["content"]
+    assert content and ("You said: " + "a b c d e f " * 4).strip().startswith(content.strip())
+    assert len(content) < len("You said: " + "a b c d e f " * 4) - 5
+    assert wait_for_run(run_id).status == "stopped"
+
+
+def test_a_client_that_hangs_up_cancels_the_model_servers_request(
+    mortar_server, tenant, upstream_models: MockPair
+) -> None:
+    mock_reset(upstream_models.a)
+    with httpx.stream(
+        "POST",
+        f"{mortar_server.base_url}/v1/chat/completions",
+        content=orjson.dumps(LONG_UPSTREAM),
+        headers={"Authorization": f"Bearer {tenant.secret}"},
+        timeout=30,
+    ) as response:
+        run_id = response.headers["X-Mortar-Run-Id"]
+        for raw in response.iter_raw():
+            if raw.count(b"\n\n") or True:
+                break
+    run = wait_for_run(run_id)
+    assert (run.status, run.error_code) == ("cancelled", "client_disconnected")
+    assert run.finished_at is not None
+    deadline = time.monotonic() + 5
+    while mock_stats(upstream_models.a)["cancelled"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert mock_stats(upstream_models.a)["cancelled"] == 1
