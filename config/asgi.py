@@ -15,6 +15,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
 from gateway.live import live_generations  # noqa: E402
+from gateway.lookups import lookup_cache  # noqa: E402
 from gateway.tokens import default_counter  # noqa: E402
 from gateway.upstream import close_clients  # noqa: E402
 from telemetry.writer import close_run_writer  # noqa: E402
@@ -38,6 +39,7 @@ async def application(scope, receive, send):  # type: ignore[no-untyped-def]
             # Load the tokenizer now, not on the first request (~0.3 s).
             await asyncio.to_thread(default_counter)
             await live_generations().start()
+            await lookup_cache().start()
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             await close_run_writer()  # flush what is queued before the process ends

@@ -7,6 +7,7 @@ import hashlib
 from django.http import HttpRequest
 
 from gateway.errors import AuthenticationError
+from gateway.lookups import lookup_cache
 from gateway.models import ApiKey
 
 
@@ -28,8 +29,8 @@ def presented_key(request: HttpRequest) -> str:
 async def authenticate(request: HttpRequest) -> ApiKey:
     """Return the active key presented by the request, or raise `missing_key` / `invalid_key`.
 
-    The key is read from the database on every request, so a revoked key fails on its next
-    request on every worker.
+    Keys are cached per worker and dropped everywhere the moment any key changes
+    (`lookups.py`), so a revoked key fails on its next request on every worker.
     """
     secret = presented_key(request)
     if not secret:
@@ -37,11 +38,16 @@ async def authenticate(request: HttpRequest) -> ApiKey:
             "No API key was presented. Send `Authorization: Bearer <key>` or `x-api-key`.",
             code="missing_key",
         )
-    key = (
-        await ApiKey.objects.select_related("organization")
-        .filter(digest=key_digest(secret), revoked_at__isnull=True)
-        .afirst()
-    )
+    digest = key_digest(secret)
+
+    async def load() -> ApiKey | None:
+        return (
+            await ApiKey.objects.select_related("organization")
+            .filter(digest=digest, revoked_at__isnull=True)
+            .afirst()
+        )
+
+    key = await lookup_cache().get("key", digest, load)
     if key is None:
         raise AuthenticationError(
             "The API key is not valid or has been revoked.", code="invalid_key"

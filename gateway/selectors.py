@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 
 from gateway.errors import ModelNotAvailable, ModelNotFound
+from gateway.lookups import lookup_cache
 from gateway.models import CatalogModel
 
 
@@ -17,8 +18,14 @@ async def model_resolve(name: str | None) -> CatalogModel:
     name = name or settings.MORTAR_DEFAULT_MODEL
     if "\x00" in name:  # no catalog id holds NUL, and Postgres text cannot even compare it
         raise ModelNotFound(f"The model {name!r} does not exist.", param="model")
-    models = CatalogModel.objects.select_related("deployment")
-    model = await models.filter(pk=name).afirst() or await models.filter(id__iexact=name).afirst()
+
+    async def load() -> CatalogModel | None:
+        models = CatalogModel.objects.select_related("deployment")
+        return (
+            await models.filter(pk=name).afirst() or await models.filter(id__iexact=name).afirst()
+        )
+
+    model = await lookup_cache().get("model", name, load)
     if model is None:
         raise ModelNotFound(f"The model `{name}` does not exist.", param="model")
     if not model.is_servable:

@@ -76,18 +76,19 @@ def test_revokekey_refuses_an_ambiguous_or_unknown_prefix() -> None:
     assert ApiKey.objects.filter(revoked_at__isnull=False).count() == 0
 
 
-def test_a_revoked_key_fails_on_its_next_request(
-    mortar_server: ServerProcess, new_tenant: CliTenant
+def test_a_revoked_key_fails_on_its_next_request_on_every_worker(
+    mortar_server: ServerProcess, second_server: ServerProcess, new_tenant: CliTenant
 ) -> None:
-    url = f"{mortar_server.base_url}/v1/models"
     headers = {"x-api-key": new_tenant.secret}
-    assert httpx.get(url, headers=headers).status_code == 200
+    for server in (mortar_server, second_server):  # both workers have the key cached now
+        assert httpx.get(f"{server.base_url}/v1/models", headers=headers).status_code == 200
 
     assert "Revoked" in manage("revokekey", new_tenant.secret[:11])
 
-    response = httpx.get(url, headers=headers)
-    assert response.status_code == 401
-    assert response.json()["error"]["code"] == "invalid_key"
+    for server in (mortar_server, second_server):
+        response = httpx.get(f"{server.base_url}/v1/models", headers=headers)
+        assert response.status_code == 401
+        assert response.json()["error"]["code"] == "invalid_key"
 
 
 def test_bootstrap_uses_mortar_bootstrap_key(monkeypatch: pytest.MonkeyPatch) -> None:
