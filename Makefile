@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install serve serve-daphne worker beat test lint format clean
+.PHONY: install assets screenshots serve serve-daphne worker beat test lint format clean bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -15,7 +15,20 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed assets
+
+## assets: the dashboard's third-party browser code, installed from npm (never committed)
+ASSETS_DIR := dashboard/static/dashboard/vendor
+UPLOT_DIST := dashboard/frontend/node_modules/uplot/dist
+$(ASSETS_DIR)/uPlot.iife.min.js: dashboard/frontend/package.json dashboard/frontend/package-lock.json
+	cd dashboard/frontend && npm ci --no-audit --no-fund --loglevel=error
+	cp $(UPLOT_DIST)/uPlot.iife.min.js $(UPLOT_DIST)/uPlot.min.css $(ASSETS_DIR)/
+
+assets: $(ASSETS_DIR)/uPlot.iife.min.js
+
+## screenshots: PNGs of every dashboard page in var/screenshots/ (demo data, headless Chromium)
+screenshots: install
+	$(BIN)/python -m dashboard.screenshots --out var/screenshots
 
 ## serve: migrate, make sure the demo organization and key exist, serve with uvicorn
 serve: install
@@ -41,6 +54,10 @@ beat: install
 ## test: lint, then the whole suite on Postgres and Redis (DATABASE_URL / REDIS_URL)
 test: install lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## bench: Mortar beside LiteLLM and the mock model server (~15 min; needs wrk, Postgres, Redis)
+bench: install
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 lint: install
 	$(BIN)/ruff check .

@@ -197,6 +197,11 @@ TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
 
+# The operator dashboard's sign-in; staff land on its overview.
+LOGIN_URL = "dashboard:login"
+LOGIN_REDIRECT_URL = "dashboard:overview"
+LOGOUT_REDIRECT_URL = "dashboard:login"
+
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 

@@ -1,6 +1,8 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
+from dashboard import views
+
 app_name = "dashboard"
 
 urlpatterns = [
@@ -10,4 +12,15 @@ urlpatterns = [
         name="login",
     ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("", views.overview, name="overview"),
+    path("live/", views.live, name="live"),
+    path("live/generations.json", views.live_generations, name="live-generations"),
+    path("runs/", views.runs, name="runs"),
+    path("runs/<str:run_id>/", views.run, name="run"),
+    path("runs/<str:run_id>/stop", views.stop_generation, name="run-stop"),
+    path("runs/<str:run_id>/replay", views.run_replay, name="run-replay"),
+    path("runs/<str:run_id>/download", views.run_download, name="run-download"),
+    path("sessions/", views.sessions, name="sessions"),
+    path("audit/", views.audit, name="audit"),
+    path("assets/<path:path>", views.asset, name="asset"),
 ]

@@ -82,6 +82,13 @@ class Run(models.Model):
         indexes = [
             models.Index(fields=["organization", "-accepted_at"], name="run_org_accepted"),
             models.Index(fields=["organization", "session"], name="run_org_session"),
+            # The dashboard's runs list filters by end user and by organization + model, and
+            # pages by (accepted_at, id): bench/runs_list_bench.py, 1M runs.
+            models.Index(fields=["end_user", "-accepted_at", "-id"], name="run_end_user_accepted"),
+            models.Index(
+                fields=["organization", "model", "-accepted_at", "-id"],
+                name="run_org_model_accepted",
+            ),
         ]
 
     def __str__(self) -> str:

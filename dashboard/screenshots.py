@@ -1,0 +1,231 @@
+"""Screenshots of every dashboard page, for reviewers without a browser (`make screenshots`).
+
+Builds a throwaway embedded Mortar (SQLite, in-memory channel layer) under
+`<out>/state/`, seeds it (`manage.py seeddemo`), starts it on a free port with uvicorn,
+sends real requests (one slow stream kept running for the live view), and photographs each
+page in headless Debian Chromium through Playwright.
+
+    .venv/bin/python -m dashboard.screenshots --out var/screenshots
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import orjson
+
+ROOT = Path(__file__).resolve().parents[1]
+PASSWORD = "demo-operator-password"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+QUESTIONS = [
+    "What does max_tokens limit?",
+    "Summarize the incident report for the on-call channel",
+    "Which replica served the last request in this conversation?",
+    "Draft a reply to the customer about the delayed invoice",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def environment(state: Path) -> dict[str, str]:
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings"}
+    env.update(
+        {
+            "MORTAR_VAR_DIR": str(state),
+            "DATABASE_URL": "",
+            "REDIS_URL": "",
+            "SECRET_KEY": "screenshots-only-secret-key",
+            "LOG_LEVEL": "WARNING",
+        }
+    )
+    return env
+
+
+def manage(env: dict[str, str], *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout
+
+
+def start_server(env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]:
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "config.asgi:application",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--no-access-log",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return server
+        except httpx.TransportError:
+            time.sleep(0.1)
+    server.terminate()
+    raise SystemExit(f"the server did not start:\n{log.read_text()}")
+
+
+def send(base: str, secret: str, question: str, **extra: object) -> httpx.Response:
+    body = {"messages": [{"role": "user", "content": question}], "stream": False, **extra}
+    return httpx.post(
+        f"{base}/v1/chat/completions",
+        content=orjson.dumps(body),
+        headers={
+            "Authorization": f"Bearer {secret}",
+            "X-Mortar-Session": "conv-7",
+            "X-Mortar-End-User-Id": "ana",
+        },
+        timeout=30,
+    )
+
+
+def slow_stream(base: str, secret: str, finished: threading.Event) -> None:
+    words = " ".join(f"step {i} of the migration plan," for i in range(60))
+    with httpx.stream(
+        "POST",
+        f"{base}/v1/chat/completions",
+        content=orjson.dumps(
+            {"model": "demo-slow", "messages": [{"role": "user", "content": words}]}
+        ),
+        headers={"Authorization": f"Bearer {secret}", "X-Mortar-Session": "conv-live"},
+        timeout=120,
+    ) as response:
+        for _ in response.iter_lines():
+            if finished.is_set():
+                break
+
+
+def photograph(base: str, secret: str, out: Path, run_id: str) -> list[Path]:
+    from playwright.sync_api import sync_playwright
+
+    chromium = os.environ.get("MORTAR_CHROMIUM") or shutil.which("chromium")
+    if not chromium:
+        raise SystemExit("screenshots need Debian's chromium: apt-get install -y chromium")
+    shots: list[Path] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=chromium, headless=True, args=CHROMIUM_ARGS
+        )
+        page = browser.new_page(viewport={"width": 1440, "height": 900})
+
+        def shot(name: str) -> None:
+            path = out / f"{name}.png"
+            page.screenshot(path=str(path), full_page=True)
+            shots.append(path)
+
+        page.goto(f"{base}/dashboard/")
+        page.wait_for_url("**/dashboard/login/**")
+        shot("01-sign-in")
+        page.fill("input[name=username]", "operator")
+        page.fill("input[name=password]", PASSWORD)
+        page.click("button[type=submit]")
+        page.wait_for_url(f"{base}/dashboard/")
+        page.wait_for_selector(".chart canvas")
+        shot("02-overview")
+
+        page.goto(f"{base}/dashboard/live/")
+        page.wait_for_selector("#socket-state[data-state=open]")
+        finished = threading.Event()
+        streamer = threading.Thread(target=slow_stream, args=(base, secret, finished))
+        streamer.start()
+        page.wait_for_selector("#in-flight tbody tr")
+        for question in QUESTIONS[:3]:
+            send(base, secret, question)
+        page.wait_for_timeout(2500)  # tokens so far grow; events arrive
+        shot("03-live")
+        finished.set()
+        streamer.join(30)
+
+        page.goto(f"{base}/dashboard/runs/")
+        shot("04-runs")
+        page.goto(f"{base}/dashboard/runs/?session=conv-7")
+        shot("05-runs-filtered")
+        page.goto(f"{base}/dashboard/runs/{run_id}/")
+        page.click("#replay-fast")
+        page.wait_for_selector("#replay[data-state=done]")
+        shot("06-run")
+        page.goto(f"{base}/dashboard/sessions/")
+        shot("07-sessions")
+        page.goto(f"{base}/dashboard/audit/")
+        shot("08-audit")
+        page.goto(f"{base}/admin/gateway/apikey/add/")
+        page.select_option("select[name=organization]", label="acme")
+        page.fill("input[name=name]", "reporting")
+        page.click("input[name=_save]")
+        page.wait_for_selector("#key-secret")
+        shot("09-admin-key-created")
+        browser.close()
+    return shots
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default="var/screenshots", type=Path)
+    args = parser.parse_args()
+    out: Path = (ROOT / args.out).resolve()
+    state = out / "state"
+    shutil.rmtree(state, ignore_errors=True)
+    state.mkdir(parents=True)
+    env = environment(state)
+    manage(env, "migrate", "--noinput")
+    manage(env, "seeddemo", "--password", PASSWORD)
+    secret = manage(env, "createkey", "acme", "--name", "screenshots").strip()
+
+    port = free_port()
+    server = start_server(env, port, state / "server.log")
+    base = f"http://127.0.0.1:{port}"
+    try:
+        streamed = httpx.post(
+            f"{base}/v1/chat/completions",
+            content=orjson.dumps(
+                {
+                    "messages": [{"role": "user", "content": QUESTIONS[0]}],
+                    "stream_options": {"include_usage": True},
+                }
+            ),
+            headers={"Authorization": f"Bearer {secret}", "X-Mortar-Session": "conv-7"},
+            timeout=30,
+        )
+        run_id = streamed.headers["X-Mortar-Run-Id"]
+        send(base, secret, QUESTIONS[3], max_tokens=6)
+        manage(env, "rollupusage", "--hours", "26")
+        shots = photograph(base, secret, out, run_id)
+    finally:
+        server.terminate()
+        server.wait(10)
+    for path in shots:
+        print(path.relative_to(ROOT))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,224 @@
+"""The overview: usage per hour from the rollups, latency percentiles from a bounded run sample.
+
+Requests, errors, tokens, cache hits and cost are sums, so they come from `UsageRollup` (hourly,
+recomputed every five minutes by Celery beat or `manage.py rollupusage`): the page never scans
+runs for them. Percentiles cannot be summed, so p50 / p95 latency and time to first token are
+computed from runs: the latest `PERCENTILE_SAMPLE` completed runs of the range (an index scan
+on `accepted_at`, newest first), with Postgres' `percentile_cont` per hour and overall. When a
+range holds more completed runs than that, the percentiles describe its most recent part; the
+page says so.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.db import connection
+from django.db.models import DurationField, ExpressionWrapper, F, QuerySet, Sum
+from django.db.models.functions import Coalesce
+
+from telemetry.models import Run, UsageRollup
+
+PERCENTILE_SAMPLE = 50_000
+ONE_HOUR = timedelta(hours=1)
+MEASURES = ("requests", "errors", "prompt_tokens", "completion_tokens", "cached_tokens", "cost")
+
+
+@dataclass(frozen=True)
+class OverviewFilters:
+    since: datetime
+    until: datetime
+    organization_id: int | None = None
+    model: str = ""
+    deployment: str = ""
+
+
+@dataclass(frozen=True)
+class Percentiles:
+    latency_p50: float | None = None
+    latency_p95: float | None = None
+    ttft_p50: float | None = None
+    ttft_p95: float | None = None
+
+
+@dataclass
+class Overview:
+    totals: dict[str, Any]
+    percentiles: Percentiles
+    sampled_runs: int
+    sample_limit: int
+    # Chart data: `hours` as Unix seconds, each series one value per hour (None = no data).
+    hours: list[int] = field(default_factory=list)
+    series: dict[str, list[float | None]] = field(default_factory=dict)
+
+
+def _floor_hour(moment: datetime) -> datetime:
+    return moment.replace(minute=0, second=0, microsecond=0)
+
+
+def _rollups(filters: OverviewFilters) -> QuerySet[UsageRollup]:
+    rows = UsageRollup.objects.filter(hour__gte=_floor_hour(filters.since), hour__lt=filters.until)
+    if filters.organization_id is not None:
+        rows = rows.filter(organization_id=filters.organization_id)
+    if filters.model:
+        rows = rows.filter(model=filters.model)
+    if filters.deployment:
+        rows = rows.filter(deployment=filters.deployment)
+    return rows
+
+
+def _sample(filters: OverviewFilters) -> QuerySet[Run]:
+    runs = Run.objects.filter(
+        accepted_at__gte=filters.since,
+        accepted_at__lt=filters.until,
+        status=Run.Status.COMPLETED,
+        finished_at__isnull=False,
+    )
+    if filters.organization_id is not None:
+        runs = runs.filter(organization_id=filters.organization_id)
+    if filters.model:
+        runs = runs.filter(model=filters.model)
+    if filters.deployment:
+        runs = runs.filter(deployment=filters.deployment)
+    return runs.order_by("-accepted_at")
+
+
+def ratio(part: int | float | Decimal, whole: int | float | Decimal) -> float | None:
+    return float(part) / float(whole) if whole else None
+
+
+def overview(filters: OverviewFilters) -> Overview:
+    """Totals, hourly series and latency percentiles for the range and filters."""
+    rollups = _rollups(filters)
+    sums = {name: Coalesce(Sum(name), 0) for name in MEASURES if name != "cost"}
+    totals: dict[str, Any] = rollups.aggregate(**sums, cost=Sum("cost"))
+    totals["cost"] = totals["cost"] or Decimal(0)
+    totals["cache_hit_ratio"] = ratio(totals["cached_tokens"], totals["prompt_tokens"])
+    totals["error_ratio"] = ratio(totals["errors"], totals["requests"])
+
+    per_hour = {
+        row["hour"]: row
+        for row in rollups.values("hour").annotate(**{m: Sum(m) for m in MEASURES}).order_by()
+    }
+    overall, hourly, sampled = run_percentiles(filters)
+
+    hours: list[datetime] = []
+    moment = _floor_hour(filters.since)
+    while moment < filters.until:
+        hours.append(moment)
+        moment += ONE_HOUR
+    series: dict[str, list[float | None]] = {
+        name: []
+        for name in (
+            *MEASURES,
+            "cache_hit_ratio",
+            "latency_p50",
+            "latency_p95",
+            "ttft_p50",
+            "ttft_p95",
+        )
+    }
+    for hour in hours:
+        row = per_hour.get(hour)
+        for name in MEASURES:
+            series[name].append(float(row[name]) if row else 0)
+        series["cache_hit_ratio"].append(
+            ratio(row["cached_tokens"], row["prompt_tokens"]) if row else None
+        )
+        point = hourly.get(hour, Percentiles())
+        series["latency_p50"].append(point.latency_p50)
+        series["latency_p95"].append(point.latency_p95)
+        series["ttft_p50"].append(point.ttft_p50)
+        series["ttft_p95"].append(point.ttft_p95)
+    return Overview(
+        totals=totals,
+        percentiles=overall,
+        sampled_runs=sampled,
+        sample_limit=PERCENTILE_SAMPLE,
+        hours=[int(hour.timestamp()) for hour in hours],
+        series=series,
+    )
+
+
+def run_percentiles(
+    filters: OverviewFilters, *, limit: int = PERCENTILE_SAMPLE
+) -> tuple[Percentiles, dict[datetime, Percentiles], int]:
+    """p50 / p95 of latency and TTFT (ms) over the range's latest `limit` completed runs:
+    overall, per hour, and how many runs the sample held."""
+    sample = (
+        _sample(filters)
+        .annotate(
+            latency=ExpressionWrapper(F("finished_at") - F("accepted_at"), DurationField()),
+            ttft=ExpressionWrapper(F("first_token_at") - F("accepted_at"), DurationField()),
+        )
+        .values("accepted_at", "latency", "ttft")[:limit]
+    )
+    if connection.vendor == "postgresql":
+        return _percentiles_in_postgres(sample)
+    return _percentiles_in_python(sample)
+
+
+def _percentiles_in_postgres(
+    sample: QuerySet[Run, dict[str, Any]],
+) -> tuple[Percentiles, dict[datetime, Percentiles], int]:
+    inner, params = sample.query.sql_with_params()
+    sql = f"""
+        SELECT date_trunc('hour', s.accepted_at) AS hour,
+               percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM s.latency)),
+               percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM s.latency)),
+               percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM s.ttft)),
+               percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM s.ttft)),
+               count(*),
+               GROUPING(date_trunc('hour', s.accepted_at))
+        FROM ({inner}) AS s
+        GROUP BY GROUPING SETS ((date_trunc('hour', s.accepted_at)), ())
+    """
+    overall, hourly, sampled = Percentiles(), {}, 0
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        for hour, l50, l95, t50, t95, count, is_total in cursor.fetchall():
+            point = Percentiles(*(_ms(value) for value in (l50, l95, t50, t95)))
+            if is_total:
+                overall, sampled = point, count
+            else:
+                hourly[hour] = point
+    return overall, hourly, sampled
+
+
+def _percentiles_in_python(
+    sample: QuerySet[Run, dict[str, Any]],
+) -> tuple[Percentiles, dict[datetime, Percentiles], int]:
+    """The same figures for the embedded SQLite default, which has no percentile_cont."""
+    rows = list(sample)
+    groups: dict[datetime, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(_floor_hour(row["accepted_at"]), []).append(row)
+
+    def point(of: list[dict[str, Any]]) -> Percentiles:
+        latency = sorted(r["latency"].total_seconds() for r in of if r["latency"] is not None)
+        ttft = sorted(r["ttft"].total_seconds() for r in of if r["ttft"] is not None)
+        return Percentiles(
+            _ms(percentile_cont(latency, 0.5)),
+            _ms(percentile_cont(latency, 0.95)),
+            _ms(percentile_cont(ttft, 0.5)),
+            _ms(percentile_cont(ttft, 0.95)),
+        )
+
+    return point(rows), {hour: point(of) for hour, of in groups.items()}, len(rows)
+
+
+def percentile_cont(ordered: list[float], fraction: float) -> float | None:
+    """Postgres' percentile_cont: linear interpolation between the closest ranks."""
+    if not ordered:
+        return None
+    position = fraction * (len(ordered) - 1)
+    low, high = math.floor(position), math.ceil(position)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def _ms(seconds: float | Decimal | None) -> float | None:
+    return None if seconds is None else round(float(seconds) * 1000, 1)
