@@ -4,19 +4,23 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('gateway', '0004_telemetry_cost_retention'),
-        ('telemetry', '0003_telemetry_cost_retention'),
+        ("gateway", "0004_telemetry_cost_retention"),
+        ("telemetry", "0003_telemetry_cost_retention"),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='run',
-            index=models.Index(fields=['end_user', '-accepted_at', '-id'], name='run_end_user_accepted'),
+            model_name="run",
+            index=models.Index(
+                fields=["end_user", "-accepted_at", "-id"], name="run_end_user_accepted"
+            ),
         ),
         migrations.AddIndex(
-            model_name='run',
-            index=models.Index(fields=['organization', 'model', '-accepted_at', '-id'], name='run_org_model_accepted'),
+            model_name="run",
+            index=models.Index(
+                fields=["organization", "model", "-accepted_at", "-id"],
+                name="run_org_model_accepted",
+            ),
         ),
     ]
