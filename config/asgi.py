@@ -1,5 +1,5 @@
-"""The ASGI application: Django for HTTP, channels for websockets, and a lifespan that flushes
-the run writer on shutdown."""
+"""The ASGI application: the API on a lean handler, the dashboard and admin on Django's, channels
+for websockets, and a lifespan that warms up at start and flushes the run writer on shutdown."""
 
 import asyncio
 import os
@@ -14,15 +14,24 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
+from gateway.asgi_handler import ApiHandler, is_api_path  # noqa: E402
 from gateway.live import live_generations  # noqa: E402
 from gateway.lookups import lookup_cache  # noqa: E402
 from gateway.tokens import default_counter  # noqa: E402
 from gateway.upstream import close_clients  # noqa: E402
-from telemetry.writer import close_run_writer  # noqa: E402
+from telemetry.writer import close_run_writer, start_run_writer  # noqa: E402
+
+api_app = ApiHandler()
+
+
+async def http_app(scope, receive, send):  # type: ignore[no-untyped-def]
+    app = api_app if is_api_path(scope["path"]) else django_asgi_app
+    return await app(scope, receive, send)
+
 
 router = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": http_app,
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),
@@ -40,6 +49,7 @@ async def application(scope, receive, send):  # type: ignore[no-untyped-def]
             await asyncio.to_thread(default_counter)
             await live_generations().start()
             await lookup_cache().start()
+            start_run_writer()  # drains spool files a stopped worker left behind
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             await close_run_writer()  # flush what is queued before the process ends

@@ -115,6 +115,18 @@ TEMPLATES = [
 DATABASE_URL = os.environ.get("DATABASE_URL", "").strip()
 if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=600)}
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        # A database that silently stops answering must fail fast, so the run writer spills
+        # to its spool instead of hanging (libpq parameters).
+        DATABASES["default"].setdefault("OPTIONS", {}).update(
+            {
+                "connect_timeout": 5,
+                "keepalives": 1,
+                "keepalives_idle": 10,
+                "keepalives_interval": 5,
+                "keepalives_count": 3,
+            }
+        )
 else:
     DATABASES = {
         "default": {
@@ -187,6 +199,8 @@ MORTAR_PING_SECONDS = float(os.environ.get("MORTAR_PING_SECONDS", "") or 10)
 # Run writer: how many rows one batch holds at most, and how long a row may wait for its batch.
 MORTAR_WRITER_BATCH_SIZE = env_int("MORTAR_WRITER_BATCH_SIZE", 2000)
 MORTAR_WRITER_INTERVAL_MS = env_int("MORTAR_WRITER_INTERVAL_MS", 50)
+# Queued rows past which the writer spills to its spool file under var/ instead of memory.
+MORTAR_WRITER_SPILL_AT = env_int("MORTAR_WRITER_SPILL_AT", 50_000)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

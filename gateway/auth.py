@@ -40,11 +40,11 @@ async def authenticate(request: HttpRequest) -> ApiKey:
         )
     digest = key_digest(secret)
 
-    async def load() -> ApiKey | None:
+    def load() -> ApiKey | None:
         return (
-            await ApiKey.objects.select_related("organization")
+            ApiKey.objects.select_related("organization")
             .filter(digest=digest, revoked_at__isnull=True)
-            .afirst()
+            .first()
         )
 
     key = await lookup_cache().get("key", digest, load)

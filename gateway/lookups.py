@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TypeVar
 
 from django.conf import settings
 from django.db.models.signals import post_delete, post_save
 
+from gateway.asgi_handler import database_read
 from gateway.broadcast import broadcast, publish_from_sync
 
 MAX_AGE_SECONDS = 60.0
@@ -33,15 +34,16 @@ class LookupCache:
     async def start(self) -> None:
         await self._broadcast.start()
 
-    async def get(self, kind: str, key: str, load: Callable[[], Awaitable[T]]) -> T:
+    async def get(self, kind: str, key: str, load: Callable[[], T]) -> T:
+        """The cached value, or `load()` (a synchronous ORM read, run off the event loop)."""
         if not settings.REDIS_URL:
-            return await load()
+            return await database_read(load)
         now = time.monotonic()
         entry = self._entries.get((kind, key))
         if entry is not None and now - entry[0] < MAX_AGE_SECONDS:
             return entry[1]  # type: ignore[return-value]
         await self.start()  # subscribed before caching anything
-        value = await load()
+        value = await database_read(load)
         if value is not None:
             self._entries[(kind, key)] = (now, value)
         return value

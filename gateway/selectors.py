@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.conf import settings
 
+from gateway.asgi_handler import database_read
 from gateway.errors import ModelNotAvailable, ModelNotFound
 from gateway.lookups import lookup_cache
 from gateway.models import CatalogModel
@@ -19,11 +20,9 @@ async def model_resolve(name: str | None) -> CatalogModel:
     if "\x00" in name:  # no catalog id holds NUL, and Postgres text cannot even compare it
         raise ModelNotFound(f"The model {name!r} does not exist.", param="model")
 
-    async def load() -> CatalogModel | None:
+    def load() -> CatalogModel | None:
         models = CatalogModel.objects.select_related("deployment")
-        return (
-            await models.filter(pk=name).afirst() or await models.filter(id__iexact=name).afirst()
-        )
+        return models.filter(pk=name).first() or models.filter(id__iexact=name).first()
 
     model = await lookup_cache().get("model", name, load)
     if model is None:
@@ -36,4 +35,4 @@ async def model_resolve(name: str | None) -> CatalogModel:
 
 
 async def model_list() -> list[CatalogModel]:
-    return [model async for model in CatalogModel.objects.order_by("id")]
+    return await database_read(lambda: list(CatalogModel.objects.order_by("id")))

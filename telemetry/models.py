@@ -99,7 +99,8 @@ class RunChunk(models.Model):
     """One piece of a response exactly as sent: an SSE event's bytes, or a whole JSON body."""
 
     id = models.BigAutoField(primary_key=True)
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="chunks")
+    # No index of its own: the unique (run, seq) constraint already serves lookups by run.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="chunks", db_index=False)
     seq = models.PositiveIntegerField()
     # Microseconds since the run was accepted.
     offset_us = models.BigIntegerField()

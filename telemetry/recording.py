@@ -45,6 +45,7 @@ class RunRecorder:
             "organization_id": organization_id,
         }
         self._late_fields: dict[str, Any] = {}
+        self._early_chunks: list[ChunkSent] = []
         self._opened = False
         self._closed = False
         self._seq = 0
@@ -94,6 +95,9 @@ class RunRecorder:
         self._fields.update(fields, status=Run.Status.IN_PROGRESS)
         self._writer.submit(RunOpened(self._stored(self._fields)))
         self._opened = True
+        for row in self._early_chunks:
+            self._writer.submit(row)
+        self._early_chunks.clear()
         self._publish_accepted()
 
     def routed(self, *, deployment: str, replica: str, session_kept: bool | None) -> None:
@@ -108,7 +112,11 @@ class RunRecorder:
     def chunk(self, data: bytes) -> None:
         offset_us, _ = self._now()
         if self.keep_content:
-            self._writer.submit(ChunkSent(self.run_id, self._seq, offset_us, data))
+            row = ChunkSent(self.run_id, self._seq, offset_us, data)
+            if self._opened:
+                self._writer.submit(row)
+            else:  # its run row isn't queued yet: chunks must not reach the writer first
+                self._early_chunks.append(row)
         self._seq += 1
 
     def mark_first_token(self) -> None:
@@ -137,6 +145,9 @@ class RunRecorder:
             self._fields.update(outcome)
             refused_400 = status == Run.Status.REFUSED and fields.get("http_status") == 400
             self._writer.submit(RunOpened(self._stored(self._fields, keep_body=refused_400)))
+            for row in self._early_chunks:
+                self._writer.submit(row)
+            self._early_chunks.clear()
             self._publish_accepted()
         self._publish_outcome(status, {**self._fields, **outcome}, finished_at)
 

@@ -1,31 +1,74 @@
 """The run writer: a background task that batches run and chunk rows into the database.
 
-The request path only appends to an in-memory queue (never awaits the database); a task in the
-same event loop drains it every few milliseconds and writes each batch in one transaction, on a
-dedicated thread that keeps its own database connection. A failed batch is retried with
-backoff, whole, so nothing is written twice or lost while the process lives. On shutdown the
-ASGI lifespan flushes it.
+The request path only appends to an in-memory queue (never awaits the database or the disk); a
+task in the same event loop drains it every few milliseconds and writes each batch in one
+transaction, on a dedicated thread that keeps its own database connection.
+
+PRODUCT.md, "The run store": writing must never slow a stream or lose a row, and survive a
+database outage. So:
+
+- When a batch fails because the database is away (OperationalError / InterfaceError: refused
+  or dropped connections, a terminated backend), the writer moves everything queued to its
+  spool file (``telemetry.spool``; fsync'ed) and retries with exponential backoff, spooling
+  what arrives meanwhile, so memory stays bounded. It also spools when it falls more than
+  ``MORTAR_WRITER_SPILL_AT`` rows behind.
+- The spool holds the oldest rows, so while it has any the writer drains it first, batch by
+  batch, and deletes each file once it is written. At start it also claims and drains the
+  spool files of dead processes.
+- Replayed batches may already be in the database (a commit whose acknowledgment was lost), so
+  they are written idempotently: runs and chunks COPYed into temporary tables and inserted
+  from there with ON CONFLICT DO NOTHING, outcomes as plain UPDATEs. A batch straight from the
+  queue has never been tried before, so its runs and chunks are COPYed straight in.
+- On shutdown ``close()`` writes what it can; what it cannot stays in the spool for the next
+  start.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 from collections import deque
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
 
+import psycopg
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, close_old_connections, transaction
+from django.db import (
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connection,
+    transaction,
+)
 
 from telemetry.models import Run, RunChunk
+from telemetry.spool import Row, Spool
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
+FIRST_BACKOFF_SECONDS = 0.1
 MAX_BACKOFF_SECONDS = 5.0
+# A database that answers `SELECT 1` yet keeps failing one batch with an OperationalError is
+# refusing that batch, not away: after this many tries it is written run by run instead.
+POISON_AFTER_FAILURES = 3
+LAG_WARNING_SECONDS = 5.0
+LAG_LOG_EVERY_SECONDS = 10.0
+ORPHAN_SCAN_SECONDS = 60.0
+CLOSE_TIMEOUT_SECONDS = 10.0
+# How much longer than its `write_for` a close waits for a database call in progress.
+STUCK_SECONDS = 5.0
+MARK_EVERY_SECONDS = 0.05
+
+DatabaseAway = (OperationalError, InterfaceError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +93,27 @@ class RunClosed:
 WriterItem = RunOpened | ChunkSent | RunClosed
 
 
+def encode_row(item: WriterItem) -> Row:
+    """A writer item as a tuple of plain values, for the spool."""
+    if isinstance(item, ChunkSent):
+        return ("c", item.run_id, item.seq, item.offset_us, item.data)
+    if isinstance(item, RunOpened):
+        return ("o", item.fields)
+    return ("x", item.run_id, item.fields)
+
+
+def decode_row(row: Row) -> WriterItem:
+    """The writer item a spooled row stands for."""
+    kind, *values = row
+    if kind == "c":
+        return ChunkSent(*values)
+    if kind == "o":
+        return RunOpened(*values)
+    if kind == "x":
+        return RunClosed(*values)
+    raise ValueError(f"unknown spooled row kind {kind!r}")
+
+
 def _text_safe(fields: dict[str, Any]) -> dict[str, Any]:
     """Postgres text cannot hold NUL; drop it from text fields (bytes fields keep theirs)."""
     return {
@@ -58,78 +122,296 @@ def _text_safe(fields: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def write_batch(items: list[WriterItem]) -> None:
-    """Write one batch in one transaction: new runs, then chunks, then run updates."""
+def write_batch(items: Sequence[WriterItem], *, replay: bool = False) -> None:
+    """Write one batch in one transaction: new runs, then chunks, then run updates.
+
+    `replay` says the batch may be in the database already, wholly or in part; it is then
+    written so that nothing is duplicated and nothing already there fails it.
+    """
     new_runs: dict[str, dict[str, Any]] = {}
     updates: dict[str, dict[str, Any]] = {}
-    chunks: list[RunChunk] = []
+    chunks: list[tuple[str, int, int, bytes]] = []
     for item in items:
         if isinstance(item, ChunkSent):
-            chunks.append(
-                RunChunk(run_id=item.run_id, seq=item.seq, offset_us=item.offset_us, data=item.data)
-            )
+            chunks.append((item.run_id, item.seq, item.offset_us, item.data))
         elif isinstance(item, RunOpened):
             new_runs[item.fields["id"]] = _text_safe(item.fields)
-        elif item.run_id in new_runs:  # opened and closed within one batch: one insert
+        elif item.run_id in new_runs and not replay:
+            # Opened and closed within one batch: one insert. Not on replay, where the insert
+            # may be skipped as a conflict and would take the outcome with it.
             new_runs[item.run_id].update(_text_safe(item.fields))
         else:
             updates.setdefault(item.run_id, {}).update(_text_safe(item.fields))
 
-    close_old_connections()
     with transaction.atomic():
-        if new_runs:
-            Run.objects.bulk_create([Run(**fields) for fields in new_runs.values()])
-        if chunks:
-            RunChunk.objects.bulk_create(chunks, batch_size=1000)
-        for run_id, fields in updates.items():
-            Run.objects.filter(pk=run_id).update(**fields)
+        if connection.vendor == "postgresql":
+            # Raw psycopg calls, wrapped so their errors become Django's (and mark the
+            # connection for `close_old_connections`).
+            with connection.wrap_database_errors, connection.cursor() as cursor:
+                if new_runs:
+                    _copy_runs(cursor.cursor, list(new_runs.values()), replay=replay)
+                if chunks:
+                    _copy_chunks(cursor.cursor, chunks, replay=replay)
+                if updates:
+                    _update_runs(cursor.cursor, updates)
+        else:  # SQLite, the embedded default: plain ORM writes, conflicts ignored
+            Run.objects.bulk_create(
+                [Run(**fields) for fields in new_runs.values()], ignore_conflicts=True
+            )
+            RunChunk.objects.bulk_create(
+                [RunChunk(run_id=r, seq=s, offset_us=o, data=d) for r, s, o, d in chunks],
+                batch_size=500,
+                ignore_conflicts=True,
+            )
+            for run_id, fields in updates.items():
+                Run.objects.filter(pk=run_id).update(**fields)
 
 
-def write_runs_one_by_one(items: list[WriterItem]) -> None:
-    """Write each run's rows in a transaction of their own; log and drop a run that fails."""
+# Postgres. Runs and chunks are COPYed in: several times faster than INSERTs compiled by the
+# ORM. COPY cannot skip conflicts, so a replayed batch (which may be in the database already)
+# is first tried the same way inside a savepoint — most replayed rows were never written — and
+# only when that meets a row already there is it COPYed into a temporary table and inserted
+# from there with ON CONFLICT DO NOTHING. The temporary table is dropped at once (a rollback
+# drops it too), so even a batch written inside an outer transaction leaves nothing behind.
+
+CHUNK_COLUMNS = "run_id, seq, offset_us, data"
+CHUNK_TYPES = ["text", "int4", "int8", "bytea"]
+UPDATES_PER_STATEMENT = 500
+
+
+def _copy_runs(cursor: Any, runs: list[dict[str, Any]], *, replay: bool) -> None:
+    fields = Run._meta.concrete_fields
+    # Each value exactly as the ORM's INSERT would send it (defaults, JSON, bytes, decimals).
+    rows = []
+    for run in (Run(**values) for values in runs):
+        rows.append([f.get_db_prep_save(f.pre_save(run, True), connection) for f in fields])
+    table = connection.ops.quote_name(Run._meta.db_table)
+    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    if not replay:
+        _copy(cursor, table, columns, rows)
+        return
+    _copy_skipping_conflicts(
+        cursor,
+        rows,
+        table=table,
+        columns=columns,
+        temporary=("mortar_replayed_run", f"(LIKE {table})"),
+        conflict="(id)",
+    )
+
+
+def _copy_chunks(cursor: Any, chunks: list[tuple[str, int, int, bytes]], *, replay: bool) -> None:
+    table = connection.ops.quote_name(RunChunk._meta.db_table)
+    if not replay:
+        _copy(cursor, table, CHUNK_COLUMNS, chunks, CHUNK_TYPES)
+        return
+    _copy_skipping_conflicts(
+        cursor,
+        chunks,
+        table=table,
+        columns=CHUNK_COLUMNS,
+        temporary=("mortar_replayed_chunk", "(run_id text, seq int4, offset_us int8, data bytea)"),
+        conflict="(run_id, seq)",
+        types=CHUNK_TYPES,
+    )
+
+
+def _copy_skipping_conflicts(
+    cursor: Any,
+    rows: Sequence[Sequence[Any]],
+    *,
+    table: str,
+    columns: str,
+    temporary: tuple[str, str],
+    conflict: str,
+    types: list[str] | None = None,
+) -> None:
+    """COPY rows into `table`, leaving out those already there (by the `conflict` key)."""
+    try:
+        with transaction.atomic():  # a savepoint
+            _copy(cursor, table, columns, rows, types)
+        return
+    except psycopg.errors.UniqueViolation:
+        pass  # some rows are in already: the batch's first try did commit
+    name, definition = temporary
+    cursor.execute(f"CREATE TEMP TABLE {name} {definition}")
+    _copy(cursor, name, columns, rows, types)
+    cursor.execute(
+        f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {name}"
+        f" ON CONFLICT {conflict} DO NOTHING"
+    )
+    cursor.execute(f"DROP TABLE {name}")
+
+
+def _copy(
+    cursor: Any,
+    table: str,
+    columns: str,
+    rows: Sequence[Sequence[Any]],
+    types: list[str] | None = None,
+) -> None:
+    # Binary when the column types are known up front (chunks), else text (runs: psycopg
+    # picks each value's type).
+    binary = " (FORMAT BINARY)" if types else ""
+    with cursor.copy(f"COPY {table} ({columns}) FROM STDIN{binary}") as copy:
+        if types:
+            copy.set_types(types)
+        for row in rows:
+            copy.write_row(row)
+
+
+def _update_runs(cursor: Any, updates: dict[str, dict[str, Any]]) -> None:
+    """Apply run outcomes: one UPDATE … FROM (VALUES …) per set of fields (usually just one).
+
+    Idempotent by nature, so replays need nothing special.
+    """
+    by_names: dict[tuple[str, ...], list[tuple[str, dict[str, Any]]]] = {}
+    for run_id, fields in updates.items():
+        by_names.setdefault(tuple(sorted(fields)), []).append((run_id, fields))
+    table = connection.ops.quote_name(Run._meta.db_table)
+    for names, rows in by_names.items():
+        fields = [Run._meta.get_field(name) for name in names]
+        columns = [connection.ops.quote_name(f.column) for f in fields]  # type: ignore[union-attr]
+        row_sql = "(%s" + "".join(f", %s::{f.db_type(connection)}" for f in fields) + ")"  # type: ignore[union-attr]
+        assignments = ", ".join(f"{column} = v.{column}" for column in columns)
+        for start in range(0, len(rows), UPDATES_PER_STATEMENT):
+            part = rows[start : start + UPDATES_PER_STATEMENT]
+            params: list[Any] = []
+            for run_id, values in part:
+                params.append(run_id)
+                params.extend(
+                    f.get_db_prep_save(values[name], connection)  # type: ignore[union-attr]
+                    for f, name in zip(fields, names, strict=True)
+                )
+            cursor.execute(
+                f"UPDATE {table} AS r SET {assignments}"
+                f" FROM (VALUES {', '.join([row_sql] * len(part))}) AS v(id, {', '.join(columns)})"
+                " WHERE r.id = v.id",
+                params,
+            )
+
+
+def database_reachable() -> bool:
+    """Whether this thread's connection (re)connects and answers."""
+    try:
+        close_old_connections()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+    except DatabaseAway:
+        return False
+    return True
+
+
+def write_runs_one_by_one(items: Sequence[WriterItem]) -> None:
+    """Write each run's rows in a transaction of their own; log and drop a run that fails.
+
+    Raises if the database goes away meanwhile, so the caller keeps the whole batch (runs
+    already written are written again idempotently).
+    """
     by_run: dict[str, list[WriterItem]] = {}
     for item in items:
         run_id = item.fields["id"] if isinstance(item, RunOpened) else item.run_id
         by_run.setdefault(run_id, []).append(item)
     for run_id, rows in by_run.items():
         try:
-            write_batch(rows)
+            write_batch(rows, replay=True)
+        except DatabaseAway:
+            if not database_reachable():
+                raise
+            logger.exception("run writer: dropped %d rows of run %s", len(rows), run_id)
         except Exception:
             logger.exception("run writer: dropped %d rows of run %s", len(rows), run_id)
+
+
+def _close_connection() -> None:
+    connection.close()
 
 
 class RunWriter:
     """Queue rows from the request path; write them in batches in the background."""
 
-    def __init__(self, *, batch_size: int, interval: float):
+    def __init__(
+        self,
+        *,
+        batch_size: int,
+        interval: float,
+        spool_dir: Path | None = None,
+        spill_at: int | None = None,
+    ):
         self.batch_size = batch_size
         self.interval = interval
+        self.spill_at = spill_at or getattr(settings, "MORTAR_WRITER_SPILL_AT", 50_000)
         self._queue: deque[WriterItem] = deque()
+        # (index of a submitted row, when it was submitted), at most every MARK_EVERY_SECONDS;
+        # the first mark is the newest one at or before the queue's head. They give the lag.
+        self._marks: deque[tuple[int, float]] = deque()
+        self._submitted = 0
+        self._taken = 0
         self._has_work = asyncio.Event()
         self._batch_full = asyncio.Event()
+        self._wake = asyncio.Event()  # cuts a backoff short: closing, or too much queued
         self._idle = asyncio.Event()
         self._idle.set()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="run-writer")
+        self._spool = Spool(spool_dir or Path(settings.VAR_DIR) / "spool")
+        # Copies of the spool's counters, refreshed after each call on the writer's thread.
+        self._spooled = 0
+        self._spooled_since: float | None = None
         self._task: asyncio.Task[None] | None = None
-        self._oldest_at: float | None = None
+        self._closing = False
+        self._close_deadline = 0.0
+        self._late_rows_logged = False
+        self._failures = 0  # consecutive failed attempts at the oldest batch
+        self.spilled_total = 0  # rows that went through the spool, over the writer's life
+        self.last_error: str | None = None
+        self.last_error_at: datetime | None = None
+        self._lag_logged_at = 0.0
+
+    # The request path.
 
     @property
     def depth(self) -> int:
         return len(self._queue)
 
     @property
+    def spooled(self) -> int:
+        return self._spooled
+
+    @property
     def lag_seconds(self) -> float:
-        return 0.0 if self._oldest_at is None else time.monotonic() - self._oldest_at
+        """How long the oldest row not yet in the database has waited."""
+        lag = 0.0
+        if self._queue and self._marks:
+            lag = time.monotonic() - self._marks[0][1]
+        if self._spooled and self._spooled_since is not None:
+            lag = max(lag, time.time() - self._spooled_since)
+        return lag
 
     def submit(self, item: WriterItem) -> None:
-        """Queue a row; never blocks and never touches the database."""
-        if not self._queue:
-            self._oldest_at = time.monotonic()
+        """Queue a row; never blocks and never touches the database or the disk."""
+        now = time.monotonic()
+        if not self._marks or now - self._marks[-1][1] >= MARK_EVERY_SECONDS:
+            self._marks.append((self._submitted, now))
+        self._submitted += 1
         self._queue.append(item)
         self._idle.clear()
         self._has_work.set()
-        if len(self._queue) >= self.batch_size:
+        depth = len(self._queue)
+        if depth >= self.batch_size:
             self._batch_full.set()
+            if depth >= self.spill_at:
+                self._wake.set()
+        if self._task is None or self._task.done():
+            self.start()
+
+    def start(self) -> None:
+        """Start writing in the running loop (and drain what dead processes left behind)."""
+        if self._closing:
+            # Too late: close() is done; rows that come now have nowhere to go.
+            if not self._late_rows_logged:
+                self._late_rows_logged = True
+                logger.error("run writer: rows submitted after close() are not written")
+            return
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._drain_forever())
 
@@ -139,49 +421,233 @@ class RunWriter:
             self._batch_full.set()  # don't wait for the batch to fill
         await self._idle.wait()
 
-    async def close(self) -> None:
-        await self.flush()
+    async def close(self, *, write_for: float = CLOSE_TIMEOUT_SECONDS) -> None:
+        """Write what can be written within `write_for` seconds; leave the rest in the spool."""
+        self._closing = True
+        self._close_deadline = time.monotonic() + write_for
+        for event in (self._has_work, self._batch_full, self._wake):
+            event.set()
         if self._task is not None:
-            self._task.cancel()
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), write_for + STUCK_SECONDS)
+            except TimeoutError:
+                # The writer's thread hangs in a database call (a network that drops packets
+                # without resetting): spool the queue to a file of its own and give up on it.
+                self._task.cancel()
+                self._spool_aside()
+                self._executor.shutdown(wait=False)
+                return
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._spool.close)
+        await loop.run_in_executor(self._executor, _close_connection)
         self._executor.shutdown(wait=True)
 
+    def _spool_aside(self) -> None:
+        """Write the queue to a new spool file, from the event loop (the thread is stuck)."""
+        if not self._queue:
+            return
+        rows = [encode_row(item) for item in self._queue]
+        spool = Spool(self._spool.directory)
+        try:
+            spool.append(
+                [rows[i : i + self.batch_size] for i in range(0, len(rows), self.batch_size)],
+                time.time(),
+            )
+        except Exception:
+            logger.exception(
+                "run writer: lost %d rows: the database hangs and the disk fails", len(rows)
+            )
+            return
+        finally:
+            spool.close()
+        logger.error(
+            "run writer: the database hangs; %d queued rows spooled for the next start", len(rows)
+        )
+
+    # The writer's task.
+
+    async def _on_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run `fn` on the writer's thread; refresh the spool counters after it, even on error."""
+
+        def call() -> T:
+            try:
+                return fn(*args)
+            finally:
+                self._spooled = self._spool.pending
+                self._spooled_since = self._spool.oldest_at
+
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+
     async def _drain_forever(self) -> None:
-        loop = asyncio.get_running_loop()
-        backoff = 0.1
+        next_scan = 0.0
         while True:
-            if not self._queue:
+            if time.monotonic() >= next_scan:  # at start, then now and then
+                await self._claim_orphans()
+                next_scan = time.monotonic() + ORPHAN_SCAN_SECONDS
+            if not self._queue and not self._spooled:
+                if self._closing:
+                    return
                 self._idle.set()
                 self._has_work.clear()
-                await self._has_work.wait()
-            # Let a few more rows join the batch, unless it is already full.
-            if len(self._queue) < self.batch_size and not self._batch_full.is_set():
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._batch_full.wait(), self.interval)
-            self._batch_full.clear()
-            batch = [self._queue[i] for i in range(min(self.batch_size, len(self._queue)))]
-            try:
-                await loop.run_in_executor(self._executor, write_batch, batch)
-            except (OperationalError, InterfaceError):
-                # The database is away: keep the batch and try again, whole.
-                logger.exception(
-                    "run writer: a batch of %d rows failed; retrying in %.1fs (queue depth %d)",
-                    len(batch),
-                    backoff,
-                    len(self._queue),
-                )
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
+                    await asyncio.wait_for(self._has_work.wait(), ORPHAN_SCAN_SECONDS)
                 continue
-            except Exception:
-                # A row the database refuses must not block every run behind it.
-                logger.exception("run writer: a batch was refused; writing it run by run")
-                await loop.run_in_executor(self._executor, write_runs_one_by_one, batch)
-            backoff = 0.1
-            for _ in batch:
-                self._queue.popleft()
-            self._oldest_at = time.monotonic() if self._queue else None
-            if not self._queue:
-                self._idle.set()
+            if self._closing and time.monotonic() >= self._close_deadline:
+                await self._spill()  # out of time: the next start writes the rest
+                return
+            try:
+                written = await self._write_next()
+            except Exception:  # a bug or a full disk must not end the writer
+                logger.exception("run writer: unexpected error")
+                written = False
+            self._log_lag()
+            if written:
+                if self._failures:
+                    logger.warning(
+                        "run writer: the database is back after %d failed tries", self._failures
+                    )
+                self._failures = 0
+                continue
+            self._failures += 1
+            await self._spill()  # memory stays bounded while the database is away
+            if self._closing:
+                return
+            await self._back_off()
+
+    async def _write_next(self) -> bool:
+        """Write the oldest batch; False if the database is away (the batch stays)."""
+        if self._spooled:
+            # The spool holds the oldest rows: they go first, and new ones wait behind them.
+            if self._queue and (self._failures or len(self._queue) >= self.spill_at):
+                await self._spill()
+            return await self._try(self._write_spool_head)
+        if len(self._queue) < self.batch_size and not self._batch_full.is_set():
+            # Let a few more rows join the batch, unless it is already full.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._batch_full.wait(), self.interval)
+        self._batch_full.clear()
+        if len(self._queue) >= self.spill_at:  # far behind: keep memory bounded
+            await self._spill()
+            return True
+        batch = list(itertools.islice(self._queue, self.batch_size))
+        if not await self._try(self._write, batch, False):
+            return False
+        self._take(len(batch))
+        return True
+
+    async def _try(self, fn: Callable[..., None], *args: Any) -> bool:
+        try:
+            await self._on_thread(fn, *args)
+        except DatabaseAway as exc:
+            self.last_error = f"{exc.__class__.__name__}: {' '.join(str(exc).split())[:500]}"
+            self.last_error_at = datetime.now(UTC)
+            logger.warning(
+                "run writer: the database is away (%s); %d rows queued, %d spooled",
+                self.last_error,
+                len(self._queue),
+                self._spooled,
+            )
+            return False
+        return True
+
+    def _write(self, items: Sequence[WriterItem], replay: bool) -> None:
+        """Write one batch (on the writer's thread); fall back to run by run if it is refused."""
+        close_old_connections()  # drop a connection that broke or aged since the last batch
+        try:
+            write_batch(items, replay=replay)
+        except DatabaseAway:
+            if self._failures < POISON_AFTER_FAILURES or not database_reachable():
+                raise
+            logger.error("run writer: the database is up but refuses a batch; run by run now")
+            write_runs_one_by_one(items)
+        except Exception:
+            # A row the database refuses must not block every run behind it.
+            logger.exception("run writer: a batch was refused; writing it run by run")
+            write_runs_one_by_one(items)
+
+    def _write_spool_head(self) -> None:
+        rows = self._spool.head()
+        if rows is None:
+            return
+        try:
+            items = [decode_row(row) for row in rows]
+        except Exception:  # not rows this writer knows: retrying would never end
+            logger.exception(
+                "run writer: dropped a spooled batch it cannot read (%d rows)", len(rows)
+            )
+        else:
+            self._write(items, True)
+        self._spool.advance()
+
+    def _take(self, count: int) -> list[WriterItem]:
+        """Remove the oldest `count` rows from the queue."""
+        if count == len(self._queue):
+            items = list(self._queue)
+            self._queue.clear()
+        else:
+            items = [self._queue.popleft() for _ in range(count)]
+        self._taken += count
+        while len(self._marks) > 1 and self._marks[1][0] <= self._taken:
+            self._marks.popleft()
+        if not self._queue:
+            self._marks.clear()
+        return items
+
+    async def _spill(self) -> None:
+        """Move everything queued to the spool, in order, durably."""
+        if not self._queue:
+            return
+        oldest = self._marks[0][1] if self._marks else time.monotonic()
+        queued_at = time.time() - (time.monotonic() - oldest)
+        count = len(self._queue)
+        items = self._take(count)
+        try:
+            await self._on_thread(self._append_to_spool, items, queued_at)
+            self.spilled_total += count
+        except Exception:
+            # The disk refused too: keep the rows in memory, in order, and try again later.
+            logger.exception("run writer: could not spool %d rows; keeping them queued", count)
+            self._queue.extendleft(reversed(items))
+            self._taken -= count
+            self._marks.appendleft((self._taken, oldest))
+            self._idle.clear()
+
+    def _append_to_spool(self, items: list[WriterItem], queued_at: float) -> None:
+        rows = [encode_row(item) for item in items]
+        size = self.batch_size
+        self._spool.append([rows[i : i + size] for i in range(0, len(rows), size)], queued_at)
+
+    async def _claim_orphans(self) -> None:
+        try:
+            await self._on_thread(self._spool.claim_orphans)
+        except Exception:
+            logger.exception("run writer: could not claim leftover spool files")
+
+    async def _back_off(self) -> None:
+        """Wait before the next try; spool meanwhile if rows pile up, stop waiting to close."""
+        delay = min(FIRST_BACKOFF_SECONDS * 2 ** (self._failures - 1), MAX_BACKOFF_SECONDS)
+        deadline = time.monotonic() + delay
+        while not self._closing and (remaining := deadline - time.monotonic()) > 0:
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), remaining)
+            if len(self._queue) >= self.spill_at:
+                await self._spill()
+            self._log_lag()
+
+    def _log_lag(self) -> None:
+        now = time.monotonic()
+        if now - self._lag_logged_at < LAG_LOG_EVERY_SECONDS:
+            return
+        lag = self.lag_seconds
+        if lag >= LAG_WARNING_SECONDS:
+            self._lag_logged_at = now
+            logger.warning(
+                "run writer: %.1fs behind; %d rows queued, %d spooled",
+                lag,
+                len(self._queue),
+                self._spooled,
+            )
 
 
 _writers: dict[asyncio.AbstractEventLoop, RunWriter] = {}
@@ -199,16 +665,28 @@ def run_writer() -> RunWriter:
     return writer
 
 
+def start_run_writer() -> None:
+    """Start this loop's writer now (at ASGI startup), so leftover spool files drain early."""
+    run_writer().start()
+
+
 async def close_run_writer() -> None:
     writer = _writers.pop(asyncio.get_running_loop(), None)
     if writer is not None:
         await writer.close()
 
 
-def writer_status() -> dict[str, float | int]:
-    """Queue depth and lag of this process's writers, for /readyz."""
+def writer_status() -> dict[str, Any]:
+    """Queue depth, lag, spooled rows and the last database error of this process's writers."""
     writers = list(_writers.values())
+    errors = [(w.last_error_at, w.last_error) for w in writers if w.last_error_at is not None]
+    last_error = None
+    if errors:
+        at, message = max(errors)
+        last_error = {"message": message, "at": at.isoformat()}
     return {
         "queue_depth": sum(w.depth for w in writers),
         "lag_seconds": round(max((w.lag_seconds for w in writers), default=0.0), 3),
+        "spooled": sum(w.spooled for w in writers),
+        "last_error": last_error,
     }

@@ -23,7 +23,8 @@ def test_readyz_checks_the_database_and_redis(mortar_server: ServerProcess) -> N
     assert body["ok"] is True
     assert body["database"] == "ok"
     assert body["redis"] == "ok"
-    assert set(body["run_writer"]) == {"queue_depth", "lag_seconds"}
+    assert set(body["run_writer"]) == {"queue_depth", "lag_seconds", "spooled", "last_error"}
+    assert body["run_writer"]["spooled"] == 0
 
 
 def test_models_needs_a_key(mortar_server: ServerProcess) -> None:

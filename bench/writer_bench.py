@@ -1,0 +1,319 @@
+"""Measure the run writer: sustained chunk rows per second into Postgres, and memory (RSS)
+while it drains a backlog.
+
+Runs against its own database (MORTAR_BENCH_DATABASE_URL, default mortar_bench on the local
+Postgres; created and migrated if missing, its run tables emptied first) and its own var/
+directory for the spool. The targets (issue 8): ≥ 50,000 chunk rows/s, RSS flat.
+
+    .venv/bin/python bench/writer_bench.py [--runs 2000] [--chunks 50] [--backlog 1000000]
+                                           [--flood ROWS] [--soak SECONDS --rate ROWS_PER_S]
+
+Phases (each run opens, CHUNKS chunks of 300 bytes, closes; 200 streams interleaved):
+- throughput: RUNS runs through a RunWriter kept busy (the producer pauses while more than
+  20,000 rows wait, so the writer never needs its spool); rows/s until all are written.
+- spool a backlog / drain it: BACKLOG rows left in a spool file, as by a process that died
+  during an outage; a new writer claims and drains it (the replay path), RSS sampled each second.
+- flood (optional): ROWS submitted with no pause at all; the writer falls behind and spools.
+- soak (optional): a steady RATE rows/s for SECONDS, RSS sampled each second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import atexit
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/mortar_bench"
+os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
+os.environ["DATABASE_URL"] = os.environ.get("MORTAR_BENCH_DATABASE_URL", DEFAULT_URL)
+if "MORTAR_VAR_DIR" not in os.environ:  # a var/ (spool) of its own, removed at exit
+    os.environ["MORTAR_VAR_DIR"] = tempfile.mkdtemp(prefix="mortar-writer-bench-")
+    atexit.register(shutil.rmtree, os.environ["MORTAR_VAR_DIR"], ignore_errors=True)
+os.environ.setdefault("SECRET_KEY", "writer-bench-only")
+os.environ.setdefault("LOG_LEVEL", "ERROR")
+
+import dj_database_url  # noqa: E402
+import psycopg  # noqa: E402
+from psycopg import sql  # noqa: E402
+
+TARGET_ROWS_PER_SECOND = 50_000
+CHUNK_BYTES = 300
+CONCURRENT_STREAMS = 200
+QUEUE_CAP = 20_000  # the throughput producer pauses above this many queued rows
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def ensure_database(url: str) -> None:
+    """Create the bench database if it does not exist."""
+    parsed = dj_database_url.parse(url)
+    with psycopg.connect(
+        host=parsed["HOST"],
+        port=parsed["PORT"] or 5432,
+        user=parsed["USER"],
+        password=parsed["PASSWORD"] or None,
+        dbname="postgres",
+        autocommit=True,
+    ) as conn:
+        exists = conn.execute(
+            "SELECT 1 FROM pg_database WHERE datname = %s", [parsed["NAME"]]
+        ).fetchone()
+        if not exists:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(parsed["NAME"])))
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * PAGE / 1_048_576
+
+
+@dataclass
+class RssSampler:
+    """Sample this process's RSS every second on a thread."""
+
+    samples: list[float] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def __enter__(self) -> RssSampler:
+        self.samples.append(rss_mb())
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            self.samples.append(rss_mb())
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.samples.append(rss_mb())
+
+
+@dataclass
+class Result:
+    phase: str
+    rows: int
+    seconds: float
+    spooled: int
+    rss: list[float]
+
+    @property
+    def rate(self) -> float:
+        return self.rows / self.seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=2000)
+    parser.add_argument("--chunks", type=int, default=50)
+    parser.add_argument("--backlog", type=int, default=1_000_000)
+    parser.add_argument("--flood", type=int, default=0, help="rows submitted with no pause")
+    parser.add_argument("--soak", type=float, default=0, help="seconds of steady load (0: skip)")
+    parser.add_argument("--rate", type=int, default=20_000, help="rows/s during the soak")
+    args = parser.parse_args()
+
+    ensure_database(os.environ["DATABASE_URL"])
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.core.management import call_command
+    from django.db import connection
+
+    from gateway.models import Organization
+    from telemetry.models import Run, RunChunk
+    from telemetry.spool import Spool
+    from telemetry.writer import ChunkSent, RunClosed, RunOpened, RunWriter, encode_row
+
+    call_command("migrate", verbosity=0)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"TRUNCATE {RunChunk._meta.db_table}, {Run._meta.db_table} RESTART IDENTITY CASCADE"
+        )
+    organization_id = Organization.objects.get_or_create(name="writer-bench")[0].id
+    connection.close()
+    spool_dir = Path(settings.VAR_DIR) / "spool"
+
+    def streams(runs: int, chunks: int) -> Iterator[object]:
+        """The rows of `runs` runs, as CONCURRENT_STREAMS streams at a time would submit them."""
+        for first in range(0, runs, CONCURRENT_STREAMS):
+            ids = [
+                f"chatcmpl-{secrets.token_hex(12)}"
+                for _ in range(min(CONCURRENT_STREAMS, runs - first))
+            ]
+            for run_id in ids:
+                yield RunOpened(
+                    {
+                        "id": run_id,
+                        "organization_id": organization_id,
+                        "accepted_at": datetime.now(UTC),
+                        "status": Run.Status.IN_PROGRESS,
+                    }
+                )
+            for seq in range(chunks):
+                for run_id in ids:
+                    # A fresh bytes object per chunk, as a real stream makes.
+                    data = b"data: %s %05d " % (run_id.encode(), seq)
+                    data += b"x" * (CHUNK_BYTES - len(data) - 2) + b"\n\n"
+                    yield ChunkSent(run_id, seq, seq * 1000, data)
+            for run_id in ids:
+                yield RunClosed(
+                    run_id,
+                    {
+                        "status": Run.Status.COMPLETED,
+                        "finished_at": datetime.now(UTC),
+                        "chunk_count": chunks,
+                    },
+                )
+
+    def new_writer() -> RunWriter:
+        return RunWriter(
+            batch_size=settings.MORTAR_WRITER_BATCH_SIZE,
+            interval=settings.MORTAR_WRITER_INTERVAL_MS / 1000,
+        )
+
+    async def throughput(runs: int, chunks: int) -> Result:
+        """Keep the writer busy (at most QUEUE_CAP rows waiting); time until all is written."""
+        writer = new_writer()
+        with RssSampler() as sampler:
+            started = time.perf_counter()
+            for n, item in enumerate(streams(runs, chunks)):
+                writer.submit(item)  # type: ignore[arg-type]
+                if n % 1000 == 999:
+                    await asyncio.sleep(0)  # the event loop of a busy worker
+                    while writer.depth > QUEUE_CAP:  # noqa: ASYNC110 (polling is the point)
+                        await asyncio.sleep(0.001)
+            await writer.flush()
+            seconds = time.perf_counter() - started
+        await writer.close()
+        return Result(
+            f"throughput {runs:,} x {chunks}",
+            runs * chunks,
+            seconds,
+            writer.spilled_total,
+            sampler.samples,
+        )
+
+    def fill_spool(runs: int, chunks: int) -> Result:
+        """Leave a backlog in a spool file, as a process that died in an outage would."""
+        spool = Spool(spool_dir)
+        batch: list[tuple[object, ...]] = []
+        records: list[list[tuple[object, ...]]] = []
+        with RssSampler() as sampler:
+            started = time.perf_counter()
+            for item in streams(runs, chunks):
+                batch.append(encode_row(item))  # type: ignore[arg-type]
+                if len(batch) == settings.MORTAR_WRITER_BATCH_SIZE:
+                    records.append(batch)
+                    batch = []
+                    if len(records) == 25:
+                        spool.append(records, time.time())
+                        records = []
+            spool.append([*records, batch] if batch else records, time.time())
+            spooled = spool.pending
+            spool.close()
+            seconds = time.perf_counter() - started
+        return Result("spool a backlog", runs * chunks, seconds, spooled, sampler.samples)
+
+    async def drain_spool(rows: int) -> Result:
+        """Start a writer on the leftover spool; time until it is drained."""
+        writer = new_writer()
+        with RssSampler() as sampler:
+            started = time.perf_counter()
+            writer.start()
+            # The writer deletes each spool file once it is drained.
+            while list(spool_dir.glob("*.bin")):  # noqa: ASYNC110 (no event to wait on)
+                await asyncio.sleep(0.01)
+            seconds = time.perf_counter() - started
+        await writer.close()
+        return Result(f"drain a {rows:,}-row backlog", rows, seconds, 0, sampler.samples)
+
+    async def flood(runs: int, chunks: int) -> Result:
+        """Submit as fast as possible, no pause: the writer falls behind and spools."""
+        writer = new_writer()
+        with RssSampler() as sampler:
+            started = time.perf_counter()
+            for n, item in enumerate(streams(runs, chunks)):
+                writer.submit(item)  # type: ignore[arg-type]
+                if n % 1000 == 999:
+                    await asyncio.sleep(0)
+            await writer.flush()
+            seconds = time.perf_counter() - started
+        await writer.close()
+        return Result(
+            f"flood {runs * chunks:,} rows",
+            runs * chunks,
+            seconds,
+            writer.spilled_total,
+            sampler.samples,
+        )
+
+    async def soak(seconds: float, rate: int, chunks: int) -> Result:
+        """A steady `rate` rows/s for `seconds`."""
+        writer = new_writer()
+        items = streams(10**9, chunks)
+        submitted = chunk_rows = 0
+        with RssSampler() as sampler:
+            started = time.perf_counter()
+            while (now := time.perf_counter() - started) < seconds:
+                for _ in range(int(now * rate) - submitted):
+                    item = next(items)
+                    writer.submit(item)  # type: ignore[arg-type]
+                    submitted += 1
+                    chunk_rows += isinstance(item, ChunkSent)
+                await asyncio.sleep(0.01)
+            await writer.flush()
+            elapsed = time.perf_counter() - started
+        await writer.close()
+        return Result(
+            f"soak {rate:,} rows/s", chunk_rows, elapsed, writer.spilled_total, sampler.samples
+        )
+
+    backlog_runs = args.backlog // args.chunks
+    results = [asyncio.run(throughput(args.runs, args.chunks))]
+    if backlog_runs:
+        results.append(fill_spool(backlog_runs, args.chunks))
+        results.append(asyncio.run(drain_spool(backlog_runs * args.chunks)))
+    expected = (args.runs + backlog_runs) * args.chunks
+    if args.flood:
+        results.append(asyncio.run(flood(args.flood // args.chunks, args.chunks)))
+        expected += args.flood // args.chunks * args.chunks
+    if args.soak:
+        results.append(asyncio.run(soak(args.soak, args.rate, args.chunks)))
+
+    stored = RunChunk.objects.count()
+    database = settings.DATABASES["default"]["NAME"]
+    batch = settings.MORTAR_WRITER_BATCH_SIZE
+    print(f"database {database}, batch {batch}, chunk {CHUNK_BYTES} B, {os.cpu_count()} CPUs")
+    header = f"{'phase':<28}{'chunk rows':>12}{'seconds':>9}{'rows/s':>10}{'via spool':>11}"
+    header += f"{'RSS min MB':>12}{'RSS max MB':>12}"
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        print(
+            f"{r.phase:<28}{r.rows:>12,}{r.seconds:>9.2f}{r.rate:>10,.0f}{r.spooled:>11,}"
+            f"{min(r.rss):>12.0f}{max(r.rss):>12.0f}"
+        )
+    verdict = "met" if results[0].rate >= TARGET_ROWS_PER_SECOND else "NOT met"
+    print(f"target ≥ {TARGET_ROWS_PER_SECOND:,} chunk rows/s: {verdict}")
+    print(f"chunk rows stored: {stored:,} (expected at least {expected:,})")
+    if stored < expected:
+        raise SystemExit("rows are missing")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,268 @@
+"""The outage test (issue 4): while requests stream, the database goes away; afterwards every
+run and every chunk is in Postgres, counted, not sampled.
+
+A dedicated Mortar process reaches Postgres through a TCP proxy this test controls: cutting it
+drops every connection and refuses new ones (the database is unreachable); the second outage
+kills the server's backends with `pg_terminate_backend` instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import orjson
+import psycopg
+import pytest
+from django.conf import settings
+
+from gateway.models import CatalogModel, Deployment
+from telemetry.models import Run, RunChunk
+from tests.conftest import Tenant, _server_env, stored_bytes, wait_for_run
+from tests.support.servers import ServerProcess, start_mortar
+
+pytestmark = pytest.mark.django_db
+
+STREAMS = 30
+PIECE_DELAY_MS = 100  # ~60 pieces a stream: about 6 s, so every stream spans the outage
+
+
+class PostgresProxy:
+    """A TCP proxy to Postgres that can be cut: every connection dropped, new ones refused."""
+
+    def __init__(self, target: tuple[str, int]):
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.up = True
+        self._lock = threading.Lock()
+        self._pairs: set[tuple[socket.socket, socket.socket]] = set()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            if not self.up:
+                client.close()  # the connection ends before Postgres ever answers
+                continue
+            try:
+                upstream = socket.create_connection(self.target)
+            except OSError:
+                client.close()
+                continue
+            pair = (client, upstream)
+            with self._lock:
+                self._pairs.add(pair)
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(source, sink, pair), daemon=True).start()
+
+    def _pump(
+        self, source: socket.socket, sink: socket.socket, pair: tuple[socket.socket, ...]
+    ) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            self._drop(pair)  # type: ignore[arg-type]
+
+    def _drop(self, pair: tuple[socket.socket, socket.socket]) -> None:
+        with self._lock:
+            self._pairs.discard(pair)
+        for sock in pair:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def upstream_ports(self) -> list[int]:
+        """The local ports of the proxy's connections to Postgres (its backends' client_port)."""
+        with self._lock:
+            pairs = list(self._pairs)
+        ports = []
+        for _, upstream in pairs:
+            with contextlib.suppress(OSError):
+                ports.append(upstream.getsockname()[1])
+        return ports
+
+    def cut(self) -> None:
+        self.up = False
+        with self._lock:
+            pairs = list(self._pairs)
+        for pair in pairs:
+            self._drop(pair)
+
+    def restore(self) -> None:
+        self.up = True
+
+    def close(self) -> None:
+        self.listener.close()
+        self.cut()
+
+
+@dataclass(frozen=True)
+class ProxiedServer:
+    server: ServerProcess
+    proxy: PostgresProxy
+    var_dir: Path
+    model: str
+
+
+@pytest.fixture(scope="module")
+def proxied(
+    django_db_setup: None, django_db_blocker, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ProxiedServer]:
+    """Mortar with its own var/ and its database behind a proxy, and a slow scripted model."""
+    with django_db_blocker.unblock():
+        deployment, _ = Deployment.objects.get_or_create(
+            name="scripted-outage", defaults={"scripted_delay_ms": PIECE_DELAY_MS}
+        )
+        CatalogModel.objects.get_or_create(
+            id="outage-scripted", defaults={"deployment": deployment, "context_window": 4096}
+        )
+    db = settings.DATABASES["default"]
+    proxy = PostgresProxy((db["HOST"], int(db["PORT"])))
+    var_dir = tmp_path_factory.mktemp("outage-var")
+    env = {
+        **_server_env(),
+        "DATABASE_URL": f"postgres://{db['USER']}@127.0.0.1:{proxy.port}/{db['NAME']}",
+        "MORTAR_VAR_DIR": str(var_dir),
+    }
+    server = start_mortar(env, log_dir=tmp_path_factory.mktemp("outage-logs"))
+    yield ProxiedServer(server=server, proxy=proxy, var_dir=var_dir, model="outage-scripted")
+    server.stop()
+    proxy.close()
+
+
+@dataclass(frozen=True)
+class Received:
+    run_id: str
+    data: bytes
+
+
+async def stream_many(
+    proxied: ProxiedServer, tenant: Tenant, disrupt: Callable[[], Awaitable[None]]
+) -> list[Received]:
+    """Start STREAMS streams; once all are under way, `disrupt` the database; read them all."""
+    under_way = 0
+    all_under_way = asyncio.Event()
+
+    async def one(client: httpx.AsyncClient, n: int) -> Received:
+        nonlocal under_way
+        words = " ".join(f"word{n}-{i}" for i in range(170))
+        body = {
+            "model": proxied.model,
+            "messages": [{"role": "user", "content": f"Stream {n}: {words}"}],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        async with client.stream(
+            "POST",
+            "/v1/chat/completions",
+            content=orjson.dumps(body),
+            headers={"Authorization": f"Bearer {tenant.secret}"},
+        ) as response:
+            assert response.status_code == 200, await response.aread()
+            under_way += 1
+            if under_way == STREAMS:
+                all_under_way.set()
+            data = b"".join([raw async for raw in response.aiter_raw()])
+        return Received(response.headers["X-Mortar-Run-Id"], data)
+
+    async with httpx.AsyncClient(
+        base_url=proxied.server.base_url,
+        timeout=httpx.Timeout(60),
+        limits=httpx.Limits(max_connections=STREAMS),
+    ) as client:
+        tasks = [asyncio.create_task(one(client, n)) for n in range(STREAMS)]
+        try:
+            await asyncio.wait_for(all_under_way.wait(), 30)
+            await disrupt()
+        finally:
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+    errors = [r for r in results if isinstance(r, BaseException)]
+    assert not errors, errors
+    return [r for r in results if isinstance(r, Received)]
+
+
+def writer_status(proxied: ProxiedServer) -> dict:
+    return httpx.get(f"{proxied.server.base_url}/readyz", timeout=10).json()["run_writer"]
+
+
+def assert_every_run_and_chunk_stored(proxied: ProxiedServer, received: list[Received]) -> None:
+    assert len({r.run_id for r in received}) == STREAMS
+    for r in received:
+        assert r.data.endswith(b"data: [DONE]\n\n")
+        run = wait_for_run(r.run_id, timeout=60)
+        assert run.status == Run.Status.COMPLETED, (r.run_id, run.status)
+        assert stored_bytes(run) == r.data, r.run_id
+        assert run.chunk_count == r.data.count(b"\n\n") == run.chunks.count()
+    ids = [r.run_id for r in received]
+    assert Run.objects.filter(pk__in=ids, status=Run.Status.COMPLETED).count() == STREAMS
+    assert RunChunk.objects.filter(run_id__in=ids).count() == sum(
+        r.data.count(b"\n\n") for r in received
+    )
+    # The spool that carried the rows through the outage is drained and gone.
+    deadline = time.monotonic() + 20
+    while writer_status(proxied)["spooled"] or list((proxied.var_dir / "spool").glob("*")):
+        assert time.monotonic() < deadline, writer_status(proxied)
+        time.sleep(0.1)
+    status = writer_status(proxied)
+    assert status["queue_depth"] == 0
+    assert status["spooled"] == 0
+
+
+def test_no_run_or_chunk_is_lost_while_the_database_is_unreachable(
+    proxied: ProxiedServer, tenant: Tenant
+) -> None:
+    async def unreachable_for_three_seconds() -> None:
+        await asyncio.sleep(0.5)
+        proxied.proxy.cut()
+        await asyncio.sleep(3)
+        proxied.proxy.restore()
+
+    received = asyncio.run(stream_many(proxied, tenant, unreachable_for_three_seconds))
+
+    assert_every_run_and_chunk_stored(proxied, received)
+    assert writer_status(proxied)["last_error"] is not None  # the writer did see the outage
+
+
+def test_no_run_or_chunk_is_lost_when_its_backends_are_killed(
+    proxied: ProxiedServer, tenant: Tenant
+) -> None:
+    db = settings.DATABASES["default"]
+    killed: list[int] = []
+
+    def terminate_the_servers_backends() -> int:
+        with psycopg.connect(
+            host=db["HOST"], port=db["PORT"], user=db["USER"], dbname=db["NAME"], autocommit=True
+        ) as conn:
+            row = conn.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE datname = %s AND pid <> pg_backend_pid() AND client_port = ANY(%s)",
+                [db["NAME"], proxied.proxy.upstream_ports()],
+            ).fetchone()
+        return row[0] if row else 0
+
+    async def kill_three_times() -> None:
+        for _ in range(3):
+            await asyncio.sleep(1)
+            killed.append(terminate_the_servers_backends())
+
+    before = writer_status(proxied)["last_error"]
+    received = asyncio.run(stream_many(proxied, tenant, kill_three_times))
+
+    assert all(count >= 1 for count in killed), killed  # the writer's connection, each time
+    assert_every_run_and_chunk_stored(proxied, received)
+    after = writer_status(proxied)["last_error"]
+    assert after is not None and after != before
