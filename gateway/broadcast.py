@@ -41,7 +41,7 @@ class Broadcast:
 
     async def start(self) -> None:
         """Listen (once per process); returns when the subscription is in place."""
-        if not settings.REDIS_URL:
+        if not settings.REDIS_URL or (self._subscribed.is_set() and not self._listener.done()):
             return
         if self._listener is None or self._listener.done():
             self._subscribed.clear()

@@ -120,10 +120,20 @@ async def relay_chunks(
     max_tokens: int,
     deployment: Deployment,
 ) -> AsyncIterator[dict[str, Any]]:
-    """Yield the deltas of the model server's chunks, filling in `generation` as they pass."""
+    """Yield the deltas of the model server's chunks, filling in `generation` as they pass.
+
+    The wait between chunks is the socket read timeout, plus a timer of our own only where
+    `between_chunks` is shorter than the first-byte wait; the total time is checked at every
+    chunk.
+    """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + deployment.total_timeout_s
     limit = runon_limit(max_tokens)
+    # A token is at least one byte, so no count is needed until the reply's bytes pass the
+    # limit: the tokenizer runs once at the end, not once per chunk.
+    chunk_timer = deployment.chunk_timeout_s < deployment.first_byte_timeout_s
+    text_bytes = 0
+    tokens: int | None = None
     chunk: dict[str, Any] = first
     try:
         while True:
@@ -132,26 +142,34 @@ async def relay_chunks(
                 generation.upstream_usage = usage
             for delta, finish_reason in _deltas_of(chunk):
                 if delta:
-                    tokens = _delta_tokens(delta, counter)
-                    if generation.completion_tokens + tokens > limit:
-                        generation.cut_by_mortar = True
-                        generation.finish_reason = "length"
-                        return  # closing the stream stops the model server generating
-                    generation.completion_tokens += tokens
+                    text = _delta_text(delta)
+                    text_bytes += len(text.encode())
+                    if tokens is None and text_bytes > limit:
+                        tokens = counter.count(generation.text())
+                    if tokens is not None:
+                        tokens += counter.count(text)
+                        if tokens > limit:
+                            generation.cut_by_mortar = True
+                            generation.finish_reason = "length"
+                            return  # closing the stream stops the model server generating
                     generation.add_delta(delta)
                     yield delta
                 if finish_reason:
                     generation.finish_reason = finish_reason
-            wait_until = min(deadline, loop.time() + deployment.chunk_timeout_s)
+            if loop.time() > deadline:
+                raise UpstreamTimeout("The model server took too long in total.")
             try:
-                async with asyncio.timeout_at(wait_until):
+                if chunk_timer:
+                    async with asyncio.timeout(deployment.chunk_timeout_s):
+                        chunk = await anext(chunks)
+                else:
                     chunk = await anext(chunks)
             except StopAsyncIteration:
                 return
             except TimeoutError:
-                which = "in total" if wait_until == deadline else "between chunks"
-                raise UpstreamTimeout(f"The model server took too long {which}.") from None
+                raise UpstreamTimeout("The model server took too long between chunks.") from None
     finally:
+        generation.completion_tokens = counter.count(generation.text())
         await stream.aclose()
 
 
@@ -175,18 +193,18 @@ def _deltas_of(chunk: dict[str, Any]) -> list[tuple[dict[str, Any], str | None]]
     return found
 
 
-def _delta_tokens(delta: dict[str, Any], counter: TokenCounter) -> int:
-    tokens = 0
-    for name in ("content", *REASONING_FIELDS):
-        if isinstance(delta.get(name), str):
-            tokens += counter.count(delta[name])
+def _delta_text(delta: dict[str, Any]) -> str:
+    """The generated text in a delta: content, reasoning, tool names and arguments."""
+    parts = [
+        delta[name] for name in ("content", *REASONING_FIELDS) if isinstance(delta.get(name), str)
+    ]
     for call in delta.get("tool_calls") or ():
         function = call.get("function") if isinstance(call, dict) else None
         if isinstance(function, dict):
-            for key in ("name", "arguments"):
-                if isinstance(function.get(key), str):
-                    tokens += counter.count(function[key])
-    return tokens
+            parts.extend(
+                function[key] for key in ("name", "arguments") if isinstance(function.get(key), str)
+            )
+    return "".join(parts)
 
 
 def encode_body(body: dict[str, Any]) -> bytes:

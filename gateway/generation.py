@@ -53,6 +53,13 @@ class Generation:
                 if isinstance(function.get(key), str):
                     call["function"][key] += function[key]
 
+    def text(self) -> str:
+        """Everything generated as text (reply, reasoning, tool calls), for counting tokens."""
+        parts = [self.content or "", *self.reasoning.values()]
+        for call in self.calls.values():
+            parts += (call["function"]["name"], call["function"]["arguments"])
+        return "".join(parts)
+
     def message(self) -> dict[str, Any]:
         """The `choices[0].message` of a non-streaming reply."""
         message: dict[str, Any] = {"role": "assistant", "content": self.content}

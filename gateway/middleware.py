@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
-import secrets
 from collections.abc import Awaitable, Callable
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBase
+
+from gateway.ids import new_hex_id
 
 _CLIENT_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
 
@@ -17,7 +18,7 @@ def request_id_for(request: HttpRequest) -> str:
     given = request.headers.get("X-Request-Id", "").strip()
     if _CLIENT_REQUEST_ID.fullmatch(given):
         return given
-    return f"req_{secrets.token_hex(12)}"
+    return f"req_{new_hex_id()}"
 
 
 class RequestIdMiddleware:

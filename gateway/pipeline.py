@@ -13,7 +13,6 @@ organization to belong to.
 from __future__ import annotations
 
 import asyncio
-import secrets
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,6 +30,7 @@ from gateway.errors import MortarError, RequestTooLarge, UpstreamTimeout
 from gateway.forwarding import encode_body, forward, upstream_body
 from gateway.generation import Generation
 from gateway.headers import read_mortar_headers
+from gateway.ids import new_hex_id
 from gateway.live import live_generations
 from gateway.models import CatalogModel, Deployment, Organization
 from gateway.optimizer import OptimizerReport, optimize
@@ -66,7 +66,7 @@ def accept() -> Accepted:
     """Give the request its completion id (`chatcmpl-` + 24 hex) and acceptance time."""
     now = time.time()
     return Accepted(
-        completion_id=f"chatcmpl-{secrets.token_hex(12)}",
+        completion_id=f"chatcmpl-{new_hex_id()}",
         accepted_at=datetime.fromtimestamp(now, UTC),
         created=int(now),
     )

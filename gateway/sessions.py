@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-import secrets
+
+from gateway.ids import new_hex_id
 
 SESSION_MAX = 128
 END_USER_MAX = 256
@@ -25,7 +26,7 @@ def session_for(header: str | None, user: str | None) -> tuple[str, bool]:
     named = sanitize_session(header) or sanitize_session(user)
     if named:
         return named, False
-    return f"sess_{secrets.token_hex(12)}", True
+    return f"sess_{new_hex_id()}", True
 
 
 def clean_end_user(value: str | None) -> str:

@@ -137,10 +137,12 @@ async def watch(
             yield delta
     finally:
         for future in (pending, stopped):
-            if future is not None and not future.done():
+            if future is None:
+                continue
+            if not future.done():
                 future.cancel()
-                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                    await future
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, Exception):
+                await future  # retrieve its outcome, so nothing is logged as never retrieved
 
 
 def streaming_response(relay: Relay, *, include_usage: bool) -> StreamingHttpResponse:

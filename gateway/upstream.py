@@ -47,9 +47,9 @@ class ReplicaConfig:
             base_url=base_url.rstrip("/"),
             api_key=api_key,
             connect_timeout=deployment.connect_timeout_s,
-            # Waiting for the first byte and between chunks are enforced by the relay; the
-            # socket read timeout only backs them up.
-            read_timeout=max(deployment.first_byte_timeout_s, deployment.chunk_timeout_s) + 1,
+            # The socket read timeout covers both waits; where the wait between chunks is
+            # the shorter one, the relay adds its own timer (`relay_chunks`).
+            read_timeout=max(deployment.first_byte_timeout_s, deployment.chunk_timeout_s),
         )
 
 
