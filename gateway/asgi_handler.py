@@ -75,8 +75,11 @@ class ApiHandler(ASGIHandler):
             await self.send_response(error_response, send)
             return
 
+        responses: list[Any] = []
+
         async def process_request() -> Any:
             response = await self.run_get_response(request)
+            responses.append(response)
             with contextlib.suppress(asyncio.CancelledError):  # the client went away mid-send
                 await self.send_response(response, send)
             return response
@@ -95,4 +98,9 @@ class ApiHandler(ASGIHandler):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+        # What Django's `response.close()` is for: a stream the client left before it was read
+        # still has a run to close (gateway/streaming.py).
+        finished = getattr(responses[0], "mortar_finished", None) if responses else None
+        if finished is not None:
+            await finished()
         body_file.close()

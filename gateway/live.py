@@ -62,7 +62,8 @@ class LiveGenerations:
         return flag
 
     async def unregister(self, run_id: str) -> None:
-        self._flags.pop(run_id, None)
+        if self._flags.pop(run_id, None) is None:
+            return  # already unregistered
         if settings.REDIS_URL:
             with contextlib.suppress(Exception):
                 await self._broadcast.redis().delete(self._key(run_id))

@@ -288,6 +288,10 @@ async def generate(
         await release()
         return refuse(error, recorder, headers)
     except BaseException:
+        # The client went away while the model server was being reached.
+        recorder.close(
+            status=Run.Status.CANCELLED, http_status=499, error_code="client_disconnected"
+        )
         await release()
         raise
 

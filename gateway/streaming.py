@@ -145,6 +145,16 @@ async def watch(
                 await future  # retrieve its outcome, so nothing is logged as never retrieved
 
 
+async def abandon(relay: Relay) -> None:
+    """Close a run whose stream was never read (the client left before the first chunk).
+
+    A no-op for a run that ended: only a run's first close counts, and release is idempotent.
+    """
+    relay.close_run(Run.Status.CANCELLED, http_status=200, error_code="client_disconnected")
+    if relay.release is not None:
+        await relay.release()
+
+
 def streaming_response(relay: Relay, *, include_usage: bool) -> StreamingHttpResponse:
     response = StreamingHttpResponse(
         sse_events(relay, include_usage=include_usage),
@@ -153,6 +163,8 @@ def streaming_response(relay: Relay, *, include_usage: bool) -> StreamingHttpRes
     )
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
+    # The API's ASGI handler calls this once the response is over, read or not.
+    response.mortar_finished = lambda: abandon(relay)  # type: ignore[attr-defined]
     return response
 
 

@@ -195,3 +195,33 @@ def test_a_client_that_hangs_up_cancels_the_model_servers_request(
     while mock_stats(upstream_models.a)["cancelled"] < 1 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert mock_stats(upstream_models.a)["cancelled"] == 1
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "json"])
+def test_a_client_that_leaves_before_the_first_chunk_leaves_no_run_in_progress(
+    mortar_server, tenant, upstream_models: MockPair, stream: bool
+) -> None:
+    from telemetry.models import Run
+
+    request_id = f"leaves-early-{stream}"
+    body = {
+        "model": "mock-patient",
+        "stream": stream,
+        "messages": [{"role": "user", "content": "[mock first_delay_ms=1500]"}],
+    }
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(
+            f"{mortar_server.base_url}/v1/chat/completions",
+            content=orjson.dumps(body),
+            headers={"Authorization": f"Bearer {tenant.secret}", "X-Request-Id": request_id},
+            timeout=httpx.Timeout(5, read=0.4),
+        )
+    deadline = time.monotonic() + 10
+    run = None
+    while time.monotonic() < deadline:
+        run = Run.objects.filter(request_id=request_id).first()
+        if run is not None and run.status != "in_progress":
+            break
+        time.sleep(0.1)
+    assert run is not None
+    assert (run.status, run.error_code) == ("cancelled", "client_disconnected")

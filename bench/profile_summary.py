@@ -1,0 +1,156 @@
+"""Summarize py-spy's raw (collapsed) profiles of Mortar by where the time goes.
+
+Each working sample is charged to the first category (in priority order) that any frame of its
+stack matches, so the shares add up to 100%; a stack matching none is "other". Waiting
+(a worker thread idle on its queue, the writer thread waiting on Postgres) is split out, so
+what remains is the work on Mortar's one core.
+
+    .venv/bin/python bench/profile_summary.py bench/results/profile-json-32.txt [...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import re
+import sys
+from pathlib import Path
+
+# (category, frame pattern), checked from the leaf up; the first frame that matches wins.
+WAITS = [
+    ("wait: idle worker thread (queue.get)", r"^_worker \(concurrent/futures/thread\.py:81\)"),
+    ("wait: writer thread on Postgres I/O", r"^Connection\.wait \(psycopg/"),
+    ("wait: event loop blocked starting a thread", r"^Condition\.wait .*|^Event\.wait"),
+    ("wait: joining a finished request's thread", r"^Thread\._wait_for_tstate_lock"),
+]
+# (category, frame pattern), in priority order: a working sample is charged to the first
+# category any frame of its stack matches, so app-level call sites win over the libraries they
+# call (the writer's psycopg time is the writer's; the ORM's thread hop is the ORM's).
+CATEGORIES = [
+    (
+        "per-request thread start/join (asgiref ThreadSensitiveContext)",
+        r"ThreadSensitiveContext\.__aexit__|_adjust_thread_count|^Thread\.start \(",
+    ),
+    ("run writer (its thread: COPY / UPDATE batches)", r"telemetry/writer\.py|telemetry/spool\.py"),
+    (
+        "ORM queries (key + catalog lookups, on worker threads)",
+        r"django/db/models|django/db/backends",
+    ),
+    (
+        "Django built-in middleware bodies (session, csrf, auth, messages, ...)",
+        r"django/middleware/|django/contrib/(sessions|auth|messages)/",
+    ),
+    ("request_started / request_finished signals", r"django/dispatch/"),
+    (
+        "sync_to_async hops (asgiref + thread pool hand-offs)",
+        r"asgiref/sync\.py|concurrent/futures/thread\.py",
+    ),
+    ("tokenizer (tiktoken)", r"tiktoken/|gateway/tokens\.py"),
+    ("prompt optimizer (shadow)", r"gateway/optimizer/"),
+    ("validation + body parsing", r"gateway/validation\.py"),
+    ("live-generation registry (Redis SET/DEL)", r"gateway/live\.py"),
+    ("telemetry events (Redis XADD pipeline)", r"telemetry/events\.py"),
+    ("channel layer (dashboard group_send)", r"channels_redis|channels/layers"),
+    (
+        "upstream client (httpx, aiohttp, httpcore, anyio)",
+        r"httpx/|httpcore/|httpx_sse/|h11/|anyio/|aiohttp/|httpx_aiohttp/",
+    ),
+    (
+        "relay, chunk encoding, recorder",
+        r"gateway/streaming\.py|gateway/chunks\.py|telemetry/recording\.py|gateway/forwarding\.py",
+    ),
+    ("logging (uvicorn access log)", r"logging/|uvicorn/logging"),
+    ("ninja routing", r"ninja/"),
+    ("Django ASGI handler, request/response objects", r"django/"),
+    ("uvicorn + httptools protocol", r"uvicorn/"),
+    ("redis-py (other)", r"redis/"),
+    ("psycopg (other)", r"psycopg/"),
+    ("asyncio / uvloop loop", r"asyncio/|uvloop"),
+]
+LOOP_LEAF = re.compile(r"^Runner\.run \(asyncio/runners\.py")
+CALL_SITES = [
+    ("authenticate (ORM key lookup)", r"^authenticate \(gateway/auth\.py"),
+    ("model_resolve (ORM catalog lookup)", r"^model_resolve \(gateway/selectors\.py"),
+    ("live.register / unregister (Redis)", r"^LiveGenerations\.(register|unregister)"),
+    ("open_stream (httpx send)", r"^open_stream \(gateway/upstream\.py"),
+    ("relay_chunks (per chunk)", r"^relay_chunks \(gateway/forwarding\.py"),
+    ("_delta_tokens (tokenizer per delta)", r"^_delta_tokens \(gateway/forwarding\.py"),
+    ("optimize", r"^optimize \(gateway/optimizer"),
+    ("plan (read/validate/resolve/optimize/count)", r"^plan \(gateway/pipeline\.py"),
+    ("request_started/finished signals", r"^Signal\.asend|^Signal\.send \("),
+    ("SyncToAsync.__call__ (hop set-up on the loop)", r"^SyncToAsync\.__call__"),
+    ("EventPublisher._drain_forever", r"^EventPublisher\._drain_forever"),
+    ("RunWriter (all)", r"^RunWriter\."),
+    ("Logger (access log)", r"^Logger\._log"),
+]
+
+
+def load(path: Path) -> list[tuple[list[str], int]]:
+    stacks = []
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if stack and count.isdigit():
+            stacks.append((stack.split(";"), int(count)))
+    return stacks
+
+
+def summarize(path: Path) -> str:
+    stacks = load(path)
+    total = sum(count for _, count in stacks)
+    waits = [(name, re.compile(pattern)) for name, pattern in WAITS]
+    categories = [(name, re.compile(pattern)) for name, pattern in CATEGORIES]
+    charged: collections.Counter[str] = collections.Counter()
+    waited: collections.Counter[str] = collections.Counter()
+    for frames, count in stacks:
+        leaf = frames[-1]
+        wait = next((name for name, rx in waits if rx.search(leaf)), None)
+        if wait is not None:
+            waited[wait] += count
+            continue
+        if LOOP_LEAF.search(leaf):
+            # The loop's own C code (uvloop: epoll, socket reads and writes, callbacks) shows
+            # as the Python frame that entered it; every main-thread stack has uvicorn at its
+            # root, so without this it would be charged to uvicorn.
+            charged["event loop internals (uvloop C: I/O, scheduling)"] += count
+            continue
+        category = next(
+            (name for name, rx in categories if any(rx.search(frame) for frame in frames)),
+            "other",
+        )
+        charged[category] += count
+    busy = total - sum(waited.values())
+    inclusive: collections.Counter[str] = collections.Counter()
+    for frames, count in stacks:
+        if any(rx.search(frames[-1]) for _, rx in waits):
+            continue
+        for name, pattern in CALL_SITES:
+            if any(re.search(pattern, frame) for frame in frames):
+                inclusive[name] += count
+    lines = [
+        f"## {path.name}",
+        "",
+        f"{total} samples; {busy} working ({100 * busy / max(total, 1):.0f}%), the rest waiting.",
+        "",
+        "| Where the working samples go (exclusive, by priority) | share |",
+        "| --- | ---: |",
+    ]
+    for name, count in charged.most_common():
+        lines.append(f"| {name} | {100 * count / max(busy, 1):.1f}% |")
+    lines += ["", "| Call site (inclusive, working samples) | share |", "| --- | ---: |"]
+    for name, count in inclusive.most_common():
+        lines.append(f"| {name} | {100 * count / max(busy, 1):.1f}% |")
+    lines += ["", "| Waiting (share of all samples) | share |", "| --- | ---: |"]
+    for name, count in waited.most_common():
+        lines.append(f"| {name} | {100 * count / max(total, 1):.1f}% |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("profiles", nargs="+", type=Path)
+    args = parser.parse_args()
+    sys.stdout.write("\n".join(summarize(path) for path in args.profiles))
+
+
+if __name__ == "__main__":
+    main()
