@@ -60,13 +60,50 @@ def without_ids(body: bytes) -> bytes:
     return ID_LINE.sub(b"", body)
 
 
+def stream_then_stop(server: ServerProcess, tenant: Tenant, body: dict) -> tuple[str, bytes]:
+    """Stream a completion and press Stop after its first pieces; return what arrived."""
+    received = b""
+    with httpx.stream(
+        "POST",
+        f"{server.base_url}/v1/chat/completions",
+        content=orjson.dumps(body),
+        headers={"Authorization": f"Bearer {tenant.secret}"},
+        timeout=30,
+    ) as response:
+        run_id = response.headers["X-Mortar-Run-Id"]
+        stopped = False
+        for raw in response.iter_raw():
+            received += raw
+            if not stopped and received.count(b"\n\n") >= 3:
+                stop = httpx.post(
+                    f"{server.base_url}/v1/generations/{run_id}/stop",
+                    headers={"Authorization": f"Bearer {tenant.secret}"},
+                )
+                assert stop.status_code == 200
+                stopped = True
+    return run_id, received
+
+
 @pytest.mark.parametrize(
-    "kind", ["scripted", "tool-call", "upstream", "upstream-with-pings", "cancelled"]
+    "kind", ["scripted", "tool-call", "upstream", "upstream-with-pings", "stopped", "cancelled"]
 )
 def test_a_replay_is_the_stream_the_client_received(
     mortar_server, tenant, upstream_models: MockPair, slow_model, kind
 ) -> None:
-    if kind == "cancelled":
+    if kind == "stopped":
+        run_id, received = stream_then_stop(
+            mortar_server,
+            tenant,
+            {
+                "model": slow_model,
+                "messages": [{"role": "user", "content": "a " * 50}],
+                "stream_options": {"include_usage": True},
+            },
+        )
+        assert wait_for_run(run_id).status == "stopped"
+        assert received.endswith(b"data: [DONE]\n\n")
+        assert b'"finish_reason":"' not in received
+    elif kind == "cancelled":
         received = b""
         with httpx.stream(
             "POST",
