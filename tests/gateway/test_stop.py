@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from tests.conftest import Tenant, stored_bytes, wait_for_run
-from tests.support.servers import ServerProcess
+from tests.support.servers import ServerProcess, stream_completion
 from tests.support.upstreams import MockPair, mock_reset, mock_stats
 
 pytestmark = pytest.mark.django_db
@@ -28,13 +28,7 @@ class StreamingClient:
         self._thread.start()
 
     def _run(self, server: ServerProcess, tenant: Tenant, body: dict) -> None:
-        with httpx.stream(
-            "POST",
-            f"{server.base_url}/v1/chat/completions",
-            content=orjson.dumps(body),
-            headers={"Authorization": f"Bearer {tenant.secret}"},
-            timeout=60,
-        ) as response:
+        with stream_completion(server, tenant.secret, body, timeout=60) as response:
             self.headers = dict(response.headers)
             buffer = b""
             for raw in response.iter_raw():
@@ -177,17 +171,10 @@ def test_a_client_that_hangs_up_cancels_the_model_servers_request(
     mortar_server, tenant, upstream_models: MockPair
 ) -> None:
     mock_reset(upstream_models.a)
-    with httpx.stream(
-        "POST",
-        f"{mortar_server.base_url}/v1/chat/completions",
-        content=orjson.dumps(LONG_UPSTREAM),
-        headers={"Authorization": f"Bearer {tenant.secret}"},
-        timeout=30,
-    ) as response:
+    with stream_completion(mortar_server, tenant.secret, LONG_UPSTREAM, timeout=30) as response:
         run_id = response.headers["X-Mortar-Run-Id"]
-        for raw in response.iter_raw():
-            if raw.count(b"\n\n") or True:
-                break
+        for _ in response.iter_raw():
+            break  # hang up after the first bytes
     run = wait_for_run(run_id)
     assert (run.status, run.error_code) == ("cancelled", "client_disconnected")
     assert run.finished_at is not None

@@ -13,7 +13,7 @@ import pytest
 from django.conf import settings
 
 from tests.conftest import Tenant, manage, stored_bytes, wait_for_run
-from tests.support.servers import ServerProcess
+from tests.support.servers import ServerProcess, stream_completion
 from tests.support.upstreams import MockPair
 
 pytestmark = pytest.mark.django_db
@@ -34,13 +34,7 @@ WEATHER_TOOL = {
 
 def stream(server: ServerProcess, tenant: Tenant, body: dict) -> tuple[str, bytes]:
     received = b""
-    with httpx.stream(
-        "POST",
-        f"{server.base_url}/v1/chat/completions",
-        content=orjson.dumps(body),
-        headers={"Authorization": f"Bearer {tenant.secret}"},
-        timeout=30,
-    ) as response:
+    with stream_completion(server, tenant.secret, body, timeout=30) as response:
         for raw in response.iter_raw():
             received += raw
         return response.headers["X-Mortar-Run-Id"], received
@@ -63,13 +57,7 @@ def without_ids(body: bytes) -> bytes:
 def stream_then_stop(server: ServerProcess, tenant: Tenant, body: dict) -> tuple[str, bytes]:
     """Stream a completion and press Stop after its first pieces; return what arrived."""
     received = b""
-    with httpx.stream(
-        "POST",
-        f"{server.base_url}/v1/chat/completions",
-        content=orjson.dumps(body),
-        headers={"Authorization": f"Bearer {tenant.secret}"},
-        timeout=30,
-    ) as response:
+    with stream_completion(server, tenant.secret, body, timeout=30) as response:
         run_id = response.headers["X-Mortar-Run-Id"]
         stopped = False
         for raw in response.iter_raw():
@@ -105,13 +93,10 @@ def test_a_replay_is_the_stream_the_client_received(
         assert b'"finish_reason":"' not in received
     elif kind == "cancelled":
         received = b""
-        with httpx.stream(
-            "POST",
-            f"{mortar_server.base_url}/v1/chat/completions",
-            content=orjson.dumps(
-                {"model": slow_model, "messages": [{"role": "user", "content": "a " * 50}]}
-            ),
-            headers={"Authorization": f"Bearer {tenant.secret}"},
+        with stream_completion(
+            mortar_server,
+            tenant.secret,
+            {"model": slow_model, "messages": [{"role": "user", "content": "a " * 50}]},
             timeout=30,
         ) as response:
             run_id = response.headers["X-Mortar-Run-Id"]
@@ -199,13 +184,7 @@ def test_a_follower_gets_an_in_flight_run_live_until_it_ends(
     first_chunks = threading.Event()
 
     def client() -> None:
-        with httpx.stream(
-            "POST",
-            f"{mortar_server.base_url}/v1/chat/completions",
-            content=orjson.dumps(body),
-            headers={"Authorization": f"Bearer {tenant.secret}"},
-            timeout=30,
-        ) as response:
+        with stream_completion(mortar_server, tenant.secret, body, timeout=30) as response:
             run_ids.append(response.headers["X-Mortar-Run-Id"])
             for raw in response.iter_raw():
                 original.append(raw)

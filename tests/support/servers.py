@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import orjson
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -122,4 +124,17 @@ def start_mock_model(
     )
     return wait_until_healthy(
         ServerProcess(process=process, port=port, log_path=log_path), "mockmodel", timeout
+    )
+
+
+def stream_completion(
+    server: ServerProcess, secret: str, body: dict, *, timeout: float = 30
+) -> contextlib.AbstractContextManager[httpx.Response]:
+    """POST a chat completion and keep the response open for reading as it streams."""
+    return httpx.stream(
+        "POST",
+        f"{server.base_url}/v1/chat/completions",
+        content=orjson.dumps(body),
+        headers={"Authorization": f"Bearer {secret}"},
+        timeout=timeout,
     )

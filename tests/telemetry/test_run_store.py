@@ -7,7 +7,7 @@ import orjson
 import pytest
 
 from tests.conftest import Tenant, stored_bytes, wait_for_run
-from tests.support.servers import ServerProcess
+from tests.support.servers import ServerProcess, stream_completion
 
 pytestmark = pytest.mark.django_db
 
@@ -29,13 +29,7 @@ def test_the_bytes_a_streaming_client_received_are_the_stored_chunks(
         "stream_options": {"include_usage": True},
     }
     received = b""
-    with httpx.stream(
-        "POST",
-        f"{mortar_server.base_url}/v1/chat/completions",
-        content=orjson.dumps(body),
-        headers={"Authorization": f"Bearer {tenant.secret}"},
-        timeout=10,
-    ) as response:
+    with stream_completion(mortar_server, tenant.secret, body, timeout=10) as response:
         assert response.headers["content-type"].startswith("text/event-stream")
         assert response.headers["cache-control"] == "no-cache"
         for raw in response.iter_raw():
@@ -95,13 +89,7 @@ def test_a_client_that_disconnects_mid_stream_is_recorded_as_cancelled(
 ) -> None:
     body = {"model": slow_model, "messages": [{"role": "user", "content": "word " * 60}]}
     received = b""
-    with httpx.stream(
-        "POST",
-        f"{mortar_server.base_url}/v1/chat/completions",
-        content=orjson.dumps(body),
-        headers={"Authorization": f"Bearer {tenant.secret}"},
-        timeout=10,
-    ) as response:
+    with stream_completion(mortar_server, tenant.secret, body, timeout=10) as response:
         run_id = response.headers["X-Mortar-Run-Id"]
         for raw in response.iter_raw():
             received += raw
