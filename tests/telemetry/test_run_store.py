@@ -119,4 +119,5 @@ def test_a_slow_deployment_paces_its_pieces(
     pieces = response.text.count('"content"')
     assert pieces == 3  # "You said: one", " two three four", " five"
     # Between the first and the last piece the model paused 200 ms each time.
-    assert offsets[pieces] - offsets[1] >= 200_000 * (pieces - 1)
+    # (uvloop's timers have millisecond granularity and may fire up to ~1 ms early.)
+    assert offsets[pieces] - offsets[1] >= (200_000 - 2_000) * (pieces - 1)
