@@ -172,7 +172,7 @@ def test_pace_original_keeps_the_recorded_gaps(mortar_server, tenant, slow_model
     paced_seconds = time.monotonic() - started
     assert paced.content == fast.content
     # The slow deployment paused 200 ms between its two pieces.
-    assert paced_seconds >= 0.2 > fast_seconds
+    assert paced_seconds >= 0.19 > fast_seconds  # (0.2 s recorded; timers may fire early)
 
 
 def test_a_follower_gets_an_in_flight_run_live_until_it_ends(
