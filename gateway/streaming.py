@@ -101,6 +101,16 @@ class Signal(enum.Enum):
     STOPPED = "stopped"  # someone pressed Stop
 
 
+# Deltas read ahead of the client at most; past that the model's stream waits (backpressure).
+WATCH_QUEUE_SIZE = 64
+_END = object()  # the model's stream ended
+
+
+@dataclass(frozen=True)
+class _Failed:
+    error: Exception  # the model's stream raised this
+
+
 async def watch(
     deltas: AsyncIterator[dict[str, Any]],
     *,
@@ -108,41 +118,76 @@ async def watch(
     stop: asyncio.Event | None,
 ) -> AsyncIterator[dict[str, Any] | Signal]:
     """Yield the deltas; Signal.PING after `ping_interval` quiet seconds; Signal.STOPPED (and
-    nothing after it) as soon as `stop` is set, even while the model is silent."""
+    nothing after it) as soon as `stop` is set, even while the model is silent.
+
+    One task reads the model for the whole stream and hands deltas over a small queue; a timer
+    and the stop flag only ever add a wake-up to that queue. (A task and an `asyncio.wait` per
+    delta, the obvious way to race a read against a timeout and a flag, cost ~30 µs a chunk.)
+    """
     if ping_interval is None and stop is None:
         async for delta in deltas:
             yield delta
         return
-    stopped = asyncio.ensure_future(stop.wait()) if stop is not None else None
-    pending: asyncio.Future[dict[str, Any]] | None = None
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=WATCH_QUEUE_SIZE)
+    last_event = loop.time()
+
+    def wake(item: Any) -> None:
+        # A full queue means the reader is not waiting: it sees the flag on its next item.
+        with contextlib.suppress(asyncio.QueueFull):
+            queue.put_nowait(item)
+
+    async def read() -> None:
+        try:
+            async for delta in deltas:
+                await queue.put(delta)
+        except Exception as exc:  # handed to the reader, raised there
+            await queue.put(_Failed(exc))
+        else:
+            await queue.put(_END)
+
+    def quiet_check() -> None:
+        nonlocal ping_timer
+        quiet_until = last_event + ping_interval  # type: ignore[operator]
+        if loop.time() >= quiet_until:
+            wake(Signal.PING)
+            quiet_until = loop.time() + ping_interval  # type: ignore[operator]
+        ping_timer = loop.call_at(quiet_until, quiet_check)
+
+    reader = loop.create_task(read())
+    stopped = None
+    if stop is not None:
+        stopped = asyncio.ensure_future(stop.wait())
+        stopped.add_done_callback(lambda _: wake(Signal.STOPPED))
+    ping_timer = loop.call_at(last_event + ping_interval, quiet_check) if ping_interval else None
     try:
         while True:
-            if pending is None:
-                pending = asyncio.ensure_future(anext(deltas))
-            waiting = {pending} if stopped is None else {pending, stopped}
-            done, _ = await asyncio.wait(
-                waiting, timeout=ping_interval, return_when=asyncio.FIRST_COMPLETED
-            )
-            if stopped is not None and stopped in done:
+            item = await queue.get()
+            if stop is not None and stop.is_set():
                 yield Signal.STOPPED
                 return
-            if not done:
+            if item is Signal.STOPPED:
+                continue  # a wake-up for a flag that is not set (cannot happen; harmless)
+            if item is Signal.PING:
+                last_event = loop.time()
                 yield Signal.PING
                 continue
-            finished, pending = pending, None
-            try:
-                delta = finished.result()
-            except StopAsyncIteration:
+            if item is _END:
                 return
-            yield delta
+            if isinstance(item, _Failed):
+                raise item.error
+            last_event = loop.time()
+            yield item
     finally:
-        for future in (pending, stopped):
+        if ping_timer is not None:
+            ping_timer.cancel()
+        for future in (reader, stopped):
             if future is None:
                 continue
             if not future.done():
                 future.cancel()
-            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, Exception):
-                await future  # retrieve its outcome, so nothing is logged as never retrieved
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await future  # let the model's stream close before anyone else touches it
 
 
 async def abandon(relay: Relay) -> None:
