@@ -19,8 +19,8 @@ from __future__ import annotations
 import functools
 import logging
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Protocol
 
@@ -139,14 +139,32 @@ def default_tokenizer() -> Tokenizer:
     return QwenTokenizer(ranks)
 
 
+# Prompt pieces (message contents, tool definitions) whose counts are remembered: system
+# prompts, tool lists and earlier turns of a conversation come back request after request.
+# Only pieces up to PROMPT_CACHE_MAX_CHARS, so the cache holds at most ~16 M characters.
+PROMPT_CACHE_SIZE = 1024
+PROMPT_CACHE_MAX_CHARS = 16 * 1024
+
+
 @dataclass(frozen=True)
 class TokenCounter:
     """Counts text, prompts and replies with one tokenizer."""
 
     tokenizer: Tokenizer
+    _remembered: Callable[[str], int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        remembered = functools.lru_cache(maxsize=PROMPT_CACHE_SIZE)(self.count)
+        object.__setattr__(self, "_remembered", remembered)
 
     def count(self, text: str) -> int:
         return len(self.tokenizer.encode(text)) if text else 0
+
+    def count_prompt_piece(self, text: str) -> int:
+        """`count`, remembered for pieces that recur across requests."""
+        if not isinstance(text, str) or len(text) > PROMPT_CACHE_MAX_CHARS:
+            return self.count(text)
+        return self._remembered(text)
 
     def truncate(self, text: str, max_tokens: int) -> tuple[str, int, bool]:
         """Return the text cut to at most max_tokens tokens, its token count, and whether cut."""
@@ -165,7 +183,7 @@ class TokenCounter:
         """Count a normalized conversation as the chat template frames it."""
         total = REPLY_FRAMING_TOKENS
         for message in messages:
-            total += MESSAGE_FRAMING_TOKENS + self.count(message.get("content") or "")
+            total += MESSAGE_FRAMING_TOKENS + self.count_prompt_piece(message.get("content") or "")
             for call in message.get("tool_calls") or ():
                 function = call["function"]
                 total += self.tool_call_tokens(function["name"], function["arguments"])
@@ -175,7 +193,7 @@ class TokenCounter:
         """The tools block: `<tools>`, then each definition as compact JSON, one per line."""
         if not tools:
             return 0
-        lines = sum(self.count(orjson.dumps(tool).decode()) for tool in tools)
+        lines = sum(self.count_prompt_piece(orjson.dumps(tool).decode()) for tool in tools)
         return TOOLS_BLOCK_TOKENS + lines + len(tools) - 1
 
 

@@ -142,3 +142,26 @@ def test_a_long_run_of_spaces_counts_128_spaces_a_token(qwen: TokenCounter) -> N
 # of the exact one (ceil(1,000,000 / 128) = 7,813).
 def test_a_million_spaces_are_counted_not_a_panic(qwen: TokenCounter) -> None:
     assert 7813 <= qwen.count(" " * 1_000_000) <= 7813 + 10
+
+
+def test_recurring_prompt_pieces_are_counted_once_and_the_same() -> None:
+    counter = TokenCounter(default_counter().tokenizer)  # a fresh cache
+    messages = [
+        {"role": "system", "content": SPEC_SYSTEM},
+        {"role": "user", "content": SPEC_QUESTION},
+    ]
+
+    first = counter.prompt_tokens(messages)
+    second = counter.prompt_tokens(messages)
+
+    assert first == second == 32
+    info = counter._remembered.cache_info()  # type: ignore[attr-defined]
+    assert (info.misses, info.hits) == (2, 2)
+
+
+def test_pieces_too_long_to_remember_are_counted_exactly_every_time() -> None:
+    counter = TokenCounter(default_counter().tokenizer)
+    long_text = MIXED * 2_000  # longer than PROMPT_CACHE_MAX_CHARS
+
+    assert counter.count_prompt_piece(long_text) == counter.count(long_text)
+    assert counter._remembered.cache_info().currsize == 0  # type: ignore[attr-defined]
