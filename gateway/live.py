@@ -1,7 +1,8 @@
 """Generations in flight, across worker processes, and the Stop button behind them.
 
 Each running generation is registered under its completion id with its organization — in
-Redis when configured (`{prefix}:live:{id}`), else in this process. A stop request removes the
+Redis when configured (`{prefix}:live:{id}`, written on the pipelined connection without waiting
+for the answer: see `register`), else in this process. A stop request removes the
 entry if, and only if, it belongs to the caller's organization (one atomic compare-and-delete),
 then announces the stop to every worker (`broadcast.py`); the worker that runs the generation
 sets its stop flag within milliseconds. Whoever removes the entry first wins: a generation that
@@ -11,11 +12,11 @@ finished first answers the stop with 404, one stopped first ends as stopped.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 from django.conf import settings
 
 from gateway.broadcast import broadcast
+from gateway.pipelined import pack, pipelined_connection
 
 ENTRY_SECONDS = 6 * 3600  # an entry outlives any generation; a crashed worker's expires
 STOP_CHANNEL = "stop"
@@ -46,27 +47,47 @@ class LiveGenerations:
             flag.set()
 
     async def start(self) -> None:
-        """Listen for stops from the start, so the first one is as quick as any."""
+        """Listen for stops from the start, so the first one is as quick as any; connect."""
         await self._broadcast.start()
+        if settings.REDIS_URL:
+            await pipelined_connection().barrier()
 
     async def register(self, run_id: str, organization_id: int) -> asyncio.Event:
-        """Register a starting generation; return the flag a stop will set."""
+        """Register a starting generation; return the flag a stop will set.
+
+        With Redis, the entry is written without waiting for Redis's answer: the caller sends
+        the response headers next, and a stop can only come after a client has seen them, from
+        a worker whose own command reaches Redis after ours is in Redis's socket buffer (Redis
+        serves its clients in the order their commands arrive). If the command could not be
+        handed to the kernel at once (no connection yet, or Redis not keeping up), wait for
+        Redis to answer instead.
+        """
         flag = self._flags[run_id] = asyncio.Event()
         if settings.REDIS_URL:
-            await self.start()
-            await self._broadcast.redis().set(
-                self._key(run_id), str(organization_id), ex=ENTRY_SECONDS
+            await self._broadcast.start()  # returns at once once listening
+            redis = pipelined_connection()
+            redis.send_packed(
+                pack(b"SET", self._key(run_id), organization_id, b"EX", ENTRY_SECONDS)
             )
+            if not redis.write_now():
+                try:
+                    await redis.barrier()
+                except BaseException:
+                    del self._flags[run_id]
+                    raise
         else:
             self._owners[run_id] = organization_id
         return flag
 
     async def unregister(self, run_id: str) -> None:
+        """Forget a generation that ended; a stop for it is a 404 from now on."""
         if self._flags.pop(run_id, None) is None:
             return  # already unregistered
         if settings.REDIS_URL:
-            with contextlib.suppress(Exception):
-                await self._broadcast.redis().delete(self._key(run_id))
+            # Now, not at the end of the loop's pass: the response may be complete next.
+            redis = pipelined_connection()
+            redis.send_packed(pack(b"DEL", self._key(run_id)))
+            redis.write_now()
         else:
             self._owners.pop(run_id, None)
 

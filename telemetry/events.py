@@ -4,10 +4,13 @@ Events are appended to one stream per organization — a Redis Stream when Redis
 (so events from every worker process reach every subscriber, and a subscriber that reconnects
 with `Last-Event-ID` gets what it missed, within the last `STREAM_MAXLEN` events), an
 in-process ring buffer on the embedded default. Each event is also sent to the channel layer
-group `telemetry` for the dashboard's websocket, one message per batch of events.
+group `telemetry` for the dashboard's websocket, one message per batch of events (with Redis,
+only while the group has members).
 
-Publishing never blocks a request: `publish()` appends to a queue that a background task drains,
-pipelining the writes to Redis.
+Publishing never blocks a request: `publish()` appends to a queue. With Redis, what one pass of
+the event loop queued goes out as pipelined XADDs in one write on `gateway/pipelined.py`'s
+connection, and nothing waits for the replies; on the embedded default a background task drains
+the queue.
 
 The schema (every event): `type`, `runId`, `time` (ISO 8601), `session`, plus per type —
 
@@ -36,6 +39,8 @@ from typing import Any
 import orjson
 from channels.layers import get_channel_layer
 from django.conf import settings
+
+from gateway.pipelined import pack, pipelined_connection
 
 logger = logging.getLogger(__name__)
 
@@ -110,23 +115,39 @@ class MemoryBus:
 
 
 class RedisBus:
-    """Redis Streams: one per organization, capped near STREAM_MAXLEN entries."""
+    """Redis Streams: one per organization, capped near STREAM_MAXLEN entries.
+
+    Appends go through this loop's pipelined connection (`gateway/pipelined.py`): packed here,
+    written at the end of the loop's pass, never awaited. Reads use redis-py.
+    """
 
     def __init__(self, url: str) -> None:
         import redis.asyncio as redis
 
         self._redis = redis.from_url(url)
+        self._xadd_heads: dict[int, bytes] = {}
+
+    def _xadd_head(self, organization_id: int) -> bytes:
+        """`XADD {key} MAXLEN ~ {STREAM_MAXLEN} * data`, packed, less the payload argument."""
+        head = self._xadd_heads.get(organization_id)
+        if head is None:
+            key = stream_key(organization_id)
+            # Nine arguments; the ninth (the payload) is appended per event.
+            head = pack(b"XADD", key, b"MAXLEN", b"~", STREAM_MAXLEN, b"*", b"data", b"")
+            head = self._xadd_heads[organization_id] = head.removesuffix(b"$0\r\n\r\n")
+        return head
+
+    def append_nowait(self, batch: list[tuple[int, dict[str, Any]]]) -> None:
+        redis = pipelined_connection()
+        for organization_id, data in batch:
+            payload = orjson.dumps(data)
+            redis.send_packed(
+                b"%b$%d\r\n%b\r\n" % (self._xadd_head(organization_id), len(payload), payload)
+            )
 
     async def append(self, batch: list[tuple[int, dict[str, Any]]]) -> None:
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for organization_id, data in batch:
-                pipe.xadd(
-                    stream_key(organization_id),
-                    {"data": orjson.dumps(data)},
-                    maxlen=STREAM_MAXLEN,
-                    approximate=True,
-                )
-            await pipe.execute()
+        self.append_nowait(batch)
+        await pipelined_connection().barrier()
 
     async def read(self, organization_id: int, after: str, wait: float) -> list[Event]:
         reply = await self._redis.xread(
@@ -176,6 +197,7 @@ class EventPublisher:
             self._task = asyncio.get_running_loop().create_task(self._drain_forever())
 
     async def flush(self) -> None:
+        """Return once everything published so far is written."""
         await self._idle.wait()
 
     async def _drain_forever(self) -> None:
@@ -190,21 +212,109 @@ class EventPublisher:
             try:
                 await self.bus.append(batch)
                 if layer is not None:
-                    # One message per batch, not per event: the dashboard is one consumer
-                    # among many publishers, and each group_send is a round trip.
-                    await layer.group_send(
-                        DASHBOARD_GROUP,
-                        {
-                            "type": "telemetry.batch",
-                            "events": [
-                                {"organization": organization_id, **data}
-                                for organization_id, data in batch
-                            ],
-                        },
-                    )
+                    await layer.group_send(DASHBOARD_GROUP, _dashboard_message(batch))
             except Exception:
                 # Live telemetry is best effort; the run store is the record.
                 logger.exception("telemetry: dropped %d events", len(batch))
+
+
+class RedisEventPublisher(EventPublisher):
+    """Write each pass of the loop's events as XADDs on the pipelined connection, no task.
+
+    The dashboard gets a batch only while its channel-layer group has members (most of the
+    time none is connected, and an empty group_send still costs two round trips): the group's
+    size is asked in the same write as the events, and a batch goes out when the answer is
+    not 0 — one group_send at a time, so batches arrive in order.
+    """
+
+    def __init__(self, bus: RedisBus) -> None:
+        super().__init__(bus)
+        self._redis_bus = bus
+        self._scheduled = False
+        self._loop = asyncio.get_running_loop()
+        self._layer = get_channel_layer()
+        self._group_size: bytes | None = None
+        if self._layer is not None and _is_on_our_redis(self._layer):
+            self._group_size = pack(b"ZCARD", self._layer._group_key(DASHBOARD_GROUP))
+        self._dashboard: collections.deque[list[tuple[int, dict[str, Any]]]] = collections.deque()
+        self._dashboard_task: asyncio.Task[None] | None = None
+
+    def publish(self, organization_id: int, event_type: str, run_id: str, **fields: Any) -> None:
+        data = {
+            "type": event_type,
+            "runId": run_id,
+            "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
+            **fields,
+        }
+        self._queue.append((organization_id, data))
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._write)
+
+    async def flush(self) -> None:
+        self._write()
+        await pipelined_connection().barrier()
+        if self._dashboard_task is not None:
+            await self._dashboard_task  # every batch is queued for it by now
+
+    def _write(self) -> None:
+        self._scheduled = False
+        if not self._queue:
+            return
+        batch = list(self._queue)
+        self._queue.clear()
+        self._redis_bus.append_nowait(batch)
+        if self._layer is None:
+            return
+        if self._group_size is None:
+            self._to_dashboard(batch)
+            return
+
+        def group_size(reply: Any) -> None:
+            if isinstance(reply, int) and reply > 0:
+                self._to_dashboard(batch)
+
+        pipelined_connection().send_packed(self._group_size, group_size)
+
+    def _to_dashboard(self, batch: list[tuple[int, dict[str, Any]]]) -> None:
+        self._dashboard.append(batch)
+        if self._dashboard_task is None or self._dashboard_task.done():
+            self._dashboard_task = self._loop.create_task(self._send_to_dashboard())
+
+    async def _send_to_dashboard(self) -> None:
+        assert self._layer is not None
+        while self._dashboard:
+            # Whatever queued up during the last group_send goes in the next one, in order.
+            batch = [event for queued in self._dashboard for event in queued]
+            self._dashboard.clear()
+            try:
+                await self._layer.group_send(DASHBOARD_GROUP, _dashboard_message(batch))
+            except Exception:
+                logger.exception("telemetry: the dashboard missed %d events", len(batch))
+
+
+def _dashboard_message(batch: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
+    # One message per batch, not per event: the dashboard is one consumer among many
+    # publishers, and each group_send is several round trips.
+    return {
+        "type": "telemetry.batch",
+        "events": [{"organization": organization_id, **data} for organization_id, data in batch],
+    }
+
+
+def _is_on_our_redis(layer: Any) -> bool:
+    """Whether the channel layer is channels-redis on REDIS_URL alone (its groups are ours to
+    count)."""
+    try:
+        from channels_redis.core import RedisChannelLayer
+    except ImportError:
+        return False
+    return (
+        isinstance(layer, RedisChannelLayer)
+        and len(layer.hosts) == 1
+        and layer.hosts[0].get("address") == settings.REDIS_URL
+        and hasattr(layer, "_group_key")
+    )
 
 
 _publishers: dict[asyncio.AbstractEventLoop, EventPublisher] = {}
@@ -232,7 +342,10 @@ def event_publisher() -> EventPublisher:
     loop = asyncio.get_running_loop()
     publisher = _publishers.get(loop)
     if publisher is None:
-        publisher = _publishers[loop] = EventPublisher(event_bus())
+        bus = event_bus()
+        publisher = _publishers[loop] = (
+            RedisEventPublisher(bus) if isinstance(bus, RedisBus) else EventPublisher(bus)
+        )
     return publisher
 
 
