@@ -17,6 +17,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
 from gateway.asgi_handler import ApiHandler, is_api_path  # noqa: E402
+from gateway.chat_endpoint import CHAT_COMPLETIONS_PATH, chat_completions  # noqa: E402
 from gateway.live import live_generations  # noqa: E402
 from gateway.lookups import lookup_cache  # noqa: E402
 from gateway.tokens import default_counter  # noqa: E402
@@ -27,6 +28,8 @@ api_app = ApiHandler()
 
 
 async def http_app(scope, receive, send):  # type: ignore[no-untyped-def]
+    if scope["path"] == CHAT_COMPLETIONS_PATH:
+        return await chat_completions(scope, receive, send)
     app = api_app if is_api_path(scope["path"]) else django_asgi_app
     return await app(scope, receive, send)
 

@@ -1,4 +1,8 @@
-"""The OpenAI-compatible HTTP surface under /v1/ (thin: each endpoint calls one function)."""
+"""The OpenAI-compatible HTTP surface under /v1/ (thin: each endpoint calls one function).
+
+`POST /v1/chat/completions` is not routed here: it is served straight from ASGI
+(`gateway/chat_endpoint.py`), ahead of Django and ninja.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,6 @@ from ninja import NinjaAPI, Router
 from ninja.errors import HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 
-from gateway import pipeline
 from gateway.auth import authenticate
 from gateway.errors import InvalidRequest, MortarError
 from gateway.live import live_generations
@@ -17,11 +20,6 @@ from replay.api import router as replay_router
 from telemetry.api import router as telemetry_router
 
 router = Router()
-
-
-@router.post("/chat/completions")
-async def chat_completions(request: HttpRequest) -> HttpResponse:
-    return await pipeline.chat_completion(request)
 
 
 @router.post("/generations/{run_id}/stop")

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from django.http import HttpRequest
-
+from gateway.api_request import AnyRequest
 from gateway.errors import AuthenticationError
 from gateway.lookups import lookup_cache
 from gateway.models import ApiKey
@@ -16,7 +15,7 @@ def key_digest(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()
 
 
-def presented_key(request: HttpRequest) -> str:
+def presented_key(request: AnyRequest) -> str:
     """The key in `Authorization: Bearer …` or `x-api-key`, or an empty string."""
     authorization = request.headers.get("Authorization", "").strip()
     if authorization:
@@ -26,7 +25,7 @@ def presented_key(request: HttpRequest) -> str:
     return request.headers.get("x-api-key", "").strip()
 
 
-async def authenticate(request: HttpRequest) -> ApiKey:
+async def authenticate(request: AnyRequest) -> ApiKey:
     """Return the active key presented by the request, or raise `missing_key` / `invalid_key`.
 
     Keys are cached per worker and dropped everywhere the moment any key changes

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 
 import orjson
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 
+from gateway.api_request import AnyRequest
 from gateway.errors import InvalidParameter, MortarError, UpstreamError
 
 IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
@@ -50,7 +51,7 @@ class DedupeRequest:
 
 
 def read_dedupe_request(
-    request: HttpRequest, body: bytes, *, streaming: bool
+    request: AnyRequest, body: bytes, *, streaming: bool
 ) -> DedupeRequest | None:
     """Validate `X-Mortar-Dedupe` and `Idempotency-Key`; None when dedupe isn't asked for."""
     mode = request.headers.get("X-Mortar-Dedupe", "").strip().lower()

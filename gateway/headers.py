@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.http import HttpRequest
-
+from gateway.api_request import AnyRequest
 from gateway.errors import InvalidParameter
 from gateway.optimizer import OPT_IN_PASSES
 
@@ -19,7 +18,7 @@ class MortarHeaders:
     tool_select: str | None
 
 
-def read_mortar_headers(request: HttpRequest) -> MortarHeaders:
+def read_mortar_headers(request: AnyRequest) -> MortarHeaders:
     """Validate `X-Mortar-Optimize` and `X-Mortar-Tool-Select`; unknown values are a 400."""
     raw = request.headers.get("X-Mortar-Optimize", "").strip()
     values = tuple(v.strip().lower() for v in raw.split(",") if v.strip()) if raw else ()

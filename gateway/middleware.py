@@ -8,12 +8,13 @@ from collections.abc import Awaitable, Callable
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBase
 
+from gateway.api_request import AnyRequest
 from gateway.ids import new_hex_id
 
 _CLIENT_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
 
 
-def request_id_for(request: HttpRequest) -> str:
+def request_id_for(request: AnyRequest) -> str:
     """The client's `X-Request-Id` when it is a sane header value, else a new one."""
     given = request.headers.get("X-Request-Id", "").strip()
     if _CLIENT_REQUEST_ID.fullmatch(given):

@@ -21,8 +21,9 @@ from typing import Any
 
 import orjson
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 
+from gateway.api_request import ApiRequest
 from gateway.auth import authenticate
 from gateway.chunks import ChunkEncoder
 from gateway.dedupe import Answer, Claim, DedupeRequest, in_flight_board, read_dedupe_request
@@ -39,7 +40,7 @@ from gateway.responses import error_response
 from gateway.scripted import ScriptedModel
 from gateway.selectors import model_resolve
 from gateway.sessions import end_user_for, session_for
-from gateway.streaming import Relay, json_response, streaming_response
+from gateway.streaming import EventStream, Relay, json_response, streaming_response
 from gateway.tokens import TokenCounter, default_counter
 from gateway.tool_selector import select_named_tool
 from gateway.validation import ChatRequest, parse_json_body, validate_chat_request
@@ -72,17 +73,17 @@ def accept() -> Accepted:
     )
 
 
-def read_body(request: HttpRequest, recorder: RunRecorder) -> bytes:
-    body = request.body
+def read_body(request: ApiRequest, recorder: RunRecorder) -> bytes:
+    body, size = request.body, request.body_size
     limit = settings.MORTAR_MAX_BODY_BYTES
-    if len(body) > limit:
+    if size > limit:
         recorder.set(
             request_body=body[:REFUSED_BODY_KEEP_BYTES],
-            request_bytes=len(body),
+            request_bytes=size,
             request_truncated=True,
         )
         raise RequestTooLarge(
-            f"The request body is {len(body)} bytes; the limit is {limit} bytes (4 MiB)."
+            f"The request body is {size} bytes; the limit is {limit} bytes (4 MiB)."
         )
     recorder.set(request_body=body, request_bytes=len(body))
     return body
@@ -105,7 +106,7 @@ def wants_stream(stream: bool | None, accept_header: str, default: bool) -> bool
     return default
 
 
-async def chat_completion(request: HttpRequest) -> HttpResponse:
+async def chat_completion(request: ApiRequest) -> HttpResponse | EventStream:
     accepted = accept()
     try:
         key = await authenticate(request)
@@ -124,7 +125,7 @@ async def chat_completion(request: HttpRequest) -> HttpResponse:
         events=event_publisher(),
         keep_content=organization.retention == Organization.Retention.FULL,
     )
-    recorder.set(api_key_id=key.id, request_id=getattr(request, "request_id", ""))
+    recorder.set(api_key_id=key.id, request_id=request.request_id)
 
     try:
         planned = await plan(request, organization, recorder, headers)
@@ -168,7 +169,7 @@ class Planned:
 
 
 async def plan(
-    request: HttpRequest,
+    request: ApiRequest,
     organization: Organization,
     recorder: RunRecorder,
     headers: dict[str, str],
@@ -235,7 +236,7 @@ async def generate(
     organization: Organization,
     recorder: RunRecorder,
     headers: dict[str, str],
-) -> HttpResponse:
+) -> HttpResponse | EventStream:
     """Generate — scripted, or forwarded to the session's replica — and relay it."""
     chat, model, deployment = planned.chat, planned.model, planned.deployment
     forwarding = deployment.kind == Deployment.Kind.UPSTREAM

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.http import HttpResponse, StreamingHttpResponse
+from django.http import HttpResponse
 
 from gateway.chunks import DONE, ChunkEncoder, error_event
 from gateway.errors import MortarError
@@ -200,17 +200,30 @@ async def abandon(relay: Relay) -> None:
         await relay.release()
 
 
-def streaming_response(relay: Relay, *, include_usage: bool) -> StreamingHttpResponse:
-    response = StreamingHttpResponse(
-        sse_events(relay, include_usage=include_usage),
-        content_type="text/event-stream",
-        headers=relay.headers,
+@dataclass
+class EventStream:
+    """A streaming reply: its headers, its SSE events, and what to call once it is over."""
+
+    headers: dict[str, str]
+    events: AsyncIterator[bytes]
+    relay: Relay
+
+    async def finished(self) -> None:
+        """Called once the response is over, read or not (gateway/chat_endpoint.py)."""
+        await abandon(self.relay)
+
+
+def streaming_response(relay: Relay, *, include_usage: bool) -> EventStream:
+    return EventStream(
+        headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+            **relay.headers,
+        },
+        events=sse_events(relay, include_usage=include_usage),
+        relay=relay,
     )
-    response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"
-    # The API's ASGI handler calls this once the response is over, read or not.
-    response.mortar_finished = lambda: abandon(relay)  # type: ignore[attr-defined]
-    return response
 
 
 async def sse_events(relay: Relay, *, include_usage: bool) -> AsyncIterator[bytes]:
