@@ -45,6 +45,7 @@ from gateway.pipelined import pack, pipelined_connection
 logger = logging.getLogger(__name__)
 
 STREAM_MAXLEN = 10_000
+BATCH_SECONDS = 0.002  # how long an event may wait for others to share its write to Redis
 DASHBOARD_GROUP = "telemetry"
 EVENT_TYPES = (
     "request.accepted",
@@ -219,12 +220,17 @@ class EventPublisher:
 
 
 class RedisEventPublisher(EventPublisher):
-    """Write each pass of the loop's events as XADDs on the pipelined connection, no task.
+    """Write events as XADDs on the pipelined connection, no task, no waiting for replies.
+
+    Events wait up to BATCH_SECONDS, or until the connection writes anything sooner (the live
+    registry writes at once), and go in that write: a few writes per request instead of one
+    per event at low load, where each costs a system call here and a read of the replies.
 
     The dashboard gets a batch only while its channel-layer group has members (most of the
-    time none is connected, and an empty group_send still costs two round trips): the group's
-    size is asked in the same write as the events, and a batch goes out when the answer is
-    not 0 — one group_send at a time, so batches arrive in order.
+    time none is connected, and an empty group_send still costs two round trips): every
+    BATCH_SECONDS the group's size is asked (one ZCARD, written with the events), and what was
+    published meanwhile goes out when the answer is not 0 — one group_send at a time, so
+    batches arrive in order.
     """
 
     def __init__(self, bus: RedisBus) -> None:
@@ -237,7 +243,9 @@ class RedisEventPublisher(EventPublisher):
         if self._layer is not None and _is_on_our_redis(self._layer):
             self._group_size = pack(b"ZCARD", self._layer._group_key(DASHBOARD_GROUP))
         self._dashboard: collections.deque[list[tuple[int, dict[str, Any]]]] = collections.deque()
+        self._for_dashboard: list[tuple[int, dict[str, Any]]] = []  # once the timer fires
         self._dashboard_task: asyncio.Task[None] | None = None
+        pipelined_connection().before_write(self._write)
 
     def publish(self, organization_id: int, event_type: str, run_id: str, **fields: Any) -> None:
         data = {
@@ -249,32 +257,38 @@ class RedisEventPublisher(EventPublisher):
         self._queue.append((organization_id, data))
         if not self._scheduled:
             self._scheduled = True
-            self._loop.call_soon(self._write)
+            self._loop.call_later(BATCH_SECONDS, self._write_late)
 
     async def flush(self) -> None:
-        self._write()
+        self._write_late()
         await pipelined_connection().barrier()
         if self._dashboard_task is not None:
             await self._dashboard_task  # every batch is queued for it by now
 
-    def _write(self) -> None:
+    def _write_late(self) -> None:
         self._scheduled = False
+        self._write()
+        if self._for_dashboard:
+            batch, self._for_dashboard = self._for_dashboard, []
+            if self._group_size is None:
+                self._to_dashboard(batch)
+            else:
+
+                def group_size(reply: Any) -> None:
+                    if isinstance(reply, int) and reply > 0:
+                        self._to_dashboard(batch)
+
+                pipelined_connection().send_packed(self._group_size, group_size)
+        pipelined_connection().write_now()
+
+    def _write(self) -> None:
         if not self._queue:
             return
         batch = list(self._queue)
         self._queue.clear()
         self._redis_bus.append_nowait(batch)
-        if self._layer is None:
-            return
-        if self._group_size is None:
-            self._to_dashboard(batch)
-            return
-
-        def group_size(reply: Any) -> None:
-            if isinstance(reply, int) and reply > 0:
-                self._to_dashboard(batch)
-
-        pipelined_connection().send_packed(self._group_size, group_size)
+        if self._layer is not None:
+            self._for_dashboard.extend(batch)
 
     def _to_dashboard(self, batch: list[tuple[int, dict[str, Any]]]) -> None:
         self._dashboard.append(batch)
