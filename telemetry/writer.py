@@ -48,6 +48,7 @@ from django.db import (
     transaction,
 )
 
+from telemetry import postgres_writes
 from telemetry.models import Run, RunChunk
 from telemetry.spool import Row, Spool
 
@@ -131,32 +132,40 @@ def write_batch(items: Sequence[WriterItem], *, replay: bool = False) -> None:
     new_runs: dict[str, dict[str, Any]] = {}
     updates: dict[str, dict[str, Any]] = {}
     chunks: list[tuple[str, int, int, bytes]] = []
+    # The items' own dicts are used as they are, never changed: a batch that fails is tried
+    # again, or spooled, as it came. Merging two makes a new dict.
     for item in items:
         if isinstance(item, ChunkSent):
             chunks.append((item.run_id, item.seq, item.offset_us, item.data))
         elif isinstance(item, RunOpened):
-            new_runs[item.fields["id"]] = _text_safe(item.fields)
+            new_runs[item.fields["id"]] = item.fields
         elif item.run_id in new_runs and not replay:
             # Opened and closed within one batch: one insert. Not on replay, where the insert
             # may be skipped as a conflict and would take the outcome with it.
-            new_runs[item.run_id].update(_text_safe(item.fields))
+            new_runs[item.run_id] = {**new_runs[item.run_id], **item.fields}
+        elif item.run_id in updates:
+            updates[item.run_id] = {**updates[item.run_id], **item.fields}
         else:
-            updates.setdefault(item.run_id, {}).update(_text_safe(item.fields))
+            updates[item.run_id] = item.fields
 
     with transaction.atomic():
         if connection.vendor == "postgresql":
             # Raw psycopg calls, wrapped so their errors become Django's (and mark the
-            # connection for `close_old_connections`).
-            with connection.wrap_database_errors, connection.cursor() as cursor:
-                if new_runs:
-                    _copy_runs(cursor.cursor, list(new_runs.values()), replay=replay)
-                if chunks:
-                    _copy_chunks(cursor.cursor, chunks, replay=replay)
-                if updates:
-                    _update_runs(cursor.cursor, updates)
+            # connection for `close_old_connections`). A cursor that binds parameters on the
+            # server (Django's binds them into the query text), so constant queries are
+            # prepared once.
+            with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+                postgres_writes.write(
+                    cursor,
+                    new_runs=list(new_runs.values()),
+                    chunks=chunks,
+                    updates=updates,
+                    replay=replay,
+                )
         else:  # SQLite, the embedded default: plain ORM writes, conflicts ignored
             Run.objects.bulk_create(
-                [Run(**fields) for fields in new_runs.values()], ignore_conflicts=True
+                [Run(**_text_safe(fields)) for fields in new_runs.values()],
+                ignore_conflicts=True,
             )
             RunChunk.objects.bulk_create(
                 [RunChunk(run_id=r, seq=s, offset_us=o, data=d) for r, s, o, d in chunks],
@@ -164,131 +173,7 @@ def write_batch(items: Sequence[WriterItem], *, replay: bool = False) -> None:
                 ignore_conflicts=True,
             )
             for run_id, fields in updates.items():
-                Run.objects.filter(pk=run_id).update(**fields)
-
-
-# Postgres. Runs and chunks are COPYed in: several times faster than INSERTs compiled by the
-# ORM. COPY cannot skip conflicts, so a replayed batch (which may be in the database already)
-# is first tried the same way inside a savepoint — most replayed rows were never written — and
-# only when that meets a row already there is it COPYed into a temporary table and inserted
-# from there with ON CONFLICT DO NOTHING. The temporary table is dropped at once (a rollback
-# drops it too), so even a batch written inside an outer transaction leaves nothing behind.
-
-CHUNK_COLUMNS = "run_id, seq, offset_us, data"
-CHUNK_TYPES = ["text", "int4", "int8", "bytea"]
-UPDATES_PER_STATEMENT = 500
-
-
-def _copy_runs(cursor: Any, runs: list[dict[str, Any]], *, replay: bool) -> None:
-    fields = Run._meta.concrete_fields
-    # Each value exactly as the ORM's INSERT would send it (defaults, JSON, bytes, decimals).
-    rows = []
-    for run in (Run(**values) for values in runs):
-        rows.append([f.get_db_prep_save(f.pre_save(run, True), connection) for f in fields])
-    table = connection.ops.quote_name(Run._meta.db_table)
-    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
-    if not replay:
-        _copy(cursor, table, columns, rows)
-        return
-    _copy_skipping_conflicts(
-        cursor,
-        rows,
-        table=table,
-        columns=columns,
-        temporary=("mortar_replayed_run", f"(LIKE {table})"),
-        conflict="(id)",
-    )
-
-
-def _copy_chunks(cursor: Any, chunks: list[tuple[str, int, int, bytes]], *, replay: bool) -> None:
-    table = connection.ops.quote_name(RunChunk._meta.db_table)
-    if not replay:
-        _copy(cursor, table, CHUNK_COLUMNS, chunks, CHUNK_TYPES)
-        return
-    _copy_skipping_conflicts(
-        cursor,
-        chunks,
-        table=table,
-        columns=CHUNK_COLUMNS,
-        temporary=("mortar_replayed_chunk", "(run_id text, seq int4, offset_us int8, data bytea)"),
-        conflict="(run_id, seq)",
-        types=CHUNK_TYPES,
-    )
-
-
-def _copy_skipping_conflicts(
-    cursor: Any,
-    rows: Sequence[Sequence[Any]],
-    *,
-    table: str,
-    columns: str,
-    temporary: tuple[str, str],
-    conflict: str,
-    types: list[str] | None = None,
-) -> None:
-    """COPY rows into `table`, leaving out those already there (by the `conflict` key)."""
-    try:
-        with transaction.atomic():  # a savepoint
-            _copy(cursor, table, columns, rows, types)
-        return
-    except psycopg.errors.UniqueViolation:
-        pass  # some rows are in already: the batch's first try did commit
-    name, definition = temporary
-    cursor.execute(f"CREATE TEMP TABLE {name} {definition}")
-    _copy(cursor, name, columns, rows, types)
-    cursor.execute(
-        f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {name}"
-        f" ON CONFLICT {conflict} DO NOTHING"
-    )
-    cursor.execute(f"DROP TABLE {name}")
-
-
-def _copy(
-    cursor: Any,
-    table: str,
-    columns: str,
-    rows: Sequence[Sequence[Any]],
-    types: list[str] | None = None,
-) -> None:
-    # Binary when the column types are known up front (chunks), else text (runs: psycopg
-    # picks each value's type).
-    binary = " (FORMAT BINARY)" if types else ""
-    with cursor.copy(f"COPY {table} ({columns}) FROM STDIN{binary}") as copy:
-        if types:
-            copy.set_types(types)
-        for row in rows:
-            copy.write_row(row)
-
-
-def _update_runs(cursor: Any, updates: dict[str, dict[str, Any]]) -> None:
-    """Apply run outcomes: one UPDATE … FROM (VALUES …) per set of fields (usually just one).
-
-    Idempotent by nature, so replays need nothing special.
-    """
-    by_names: dict[tuple[str, ...], list[tuple[str, dict[str, Any]]]] = {}
-    for run_id, fields in updates.items():
-        by_names.setdefault(tuple(sorted(fields)), []).append((run_id, fields))
-    table = connection.ops.quote_name(Run._meta.db_table)
-    for names, rows in by_names.items():
-        fields = [Run._meta.get_field(name) for name in names]
-        columns = [connection.ops.quote_name(f.column) for f in fields]  # type: ignore[union-attr]
-        row_sql = "(%s" + "".join(f", %s::{f.db_type(connection)}" for f in fields) + ")"  # type: ignore[union-attr]
-        assignments = ", ".join(f"{column} = v.{column}" for column in columns)
-        for start in range(0, len(rows), UPDATES_PER_STATEMENT):
-            part = rows[start : start + UPDATES_PER_STATEMENT]
-            params: list[Any] = []
-            for run_id, values in part:
-                params.append(run_id)
-                params.extend(
-                    f.get_db_prep_save(values[name], connection)  # type: ignore[union-attr]
-                    for f, name in zip(fields, names, strict=True)
-                )
-            cursor.execute(
-                f"UPDATE {table} AS r SET {assignments}"
-                f" FROM (VALUES {', '.join([row_sql] * len(part))}) AS v(id, {', '.join(columns)})"
-                " WHERE r.id = v.id",
-                params,
-            )
+                Run.objects.filter(pk=run_id).update(**_text_safe(fields))
 
 
 def database_reachable() -> bool:
