@@ -1,5 +1,4 @@
-"""Measure the run writer: sustained chunk rows per second into Postgres, and memory (RSS)
-while it drains a backlog.
+"""Measure the run writer: chunk rows per second into Postgres, CPU per row, memory (RSS).
 
 Runs against its own database (MORTAR_BENCH_DATABASE_URL, default mortar_bench on the local
 Postgres; created and migrated if missing, its run tables emptied first) and its own var/
@@ -7,6 +6,7 @@ directory for the spool. The targets (issue 8): ≥ 50,000 chunk rows/s, RSS fla
 
     .venv/bin/python bench/writer_bench.py [--runs 2000] [--chunks 50] [--backlog 1000000]
                                            [--flood ROWS] [--soak SECONDS --rate ROWS_PER_S]
+                                           [--gateway-runs 3600]
 
 Phases (each run opens, CHUNKS chunks of 300 bytes, closes; 200 streams interleaved):
 - throughput: RUNS runs through a RunWriter kept busy (the producer pauses while more than
@@ -15,6 +15,12 @@ Phases (each run opens, CHUNKS chunks of 300 bytes, closes; 200 streams interlea
   during an outage; a new writer claims and drains it (the replay path), RSS sampled each second.
 - flood (optional): ROWS submitted with no pause at all; the writer falls behind and spools.
 - soak (optional): a steady RATE rows/s for SECONDS, RSS sampled each second.
+- gateway batches: `write_batch` alone on batches shaped like the gateway's (each run opens
+  with ~17 fields, sends 20 chunks of ~150 bytes and closes with ~14 fields, usage included,
+  in the next batch), 12 and 80 runs a batch; the CPU of the calling thread per run.
+
+"writer CPU µs/row" is the CPU time of the writer's thread per chunk row (the share of the
+gateway's core that the writer takes); "process CPU" adds the producer's.
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -103,6 +110,35 @@ class RssSampler:
         self.samples.append(rss_mb())
 
 
+def writer_thread_cpu() -> float:
+    """CPU seconds used so far by the live run writer threads."""
+    return sum(
+        time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+        for thread in threading.enumerate()
+        if thread.name.startswith("run-writer") and thread.ident is not None
+    )
+
+
+@dataclass
+class CpuMeter:
+    """The CPU time of the process and of the writer's thread over a phase."""
+
+    process: float = 0.0
+    writer: float = 0.0
+
+    def __enter__(self) -> CpuMeter:
+        self._process, self._writer = time.process_time(), writer_thread_cpu()
+        return self
+
+    def stop(self) -> None:
+        """Read the writer's thread before the writer closes (its thread ends with it)."""
+        self.process = time.process_time() - self._process
+        self.writer = writer_thread_cpu() - self._writer
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
 @dataclass
 class Result:
     phase: str
@@ -110,6 +146,7 @@ class Result:
     seconds: float
     spooled: int
     rss: list[float]
+    cpu: CpuMeter = field(default_factory=CpuMeter)
 
     @property
     def rate(self) -> float:
@@ -124,6 +161,9 @@ def main() -> None:
     parser.add_argument("--flood", type=int, default=0, help="rows submitted with no pause")
     parser.add_argument("--soak", type=float, default=0, help="seconds of steady load (0: skip)")
     parser.add_argument("--rate", type=int, default=20_000, help="rows/s during the soak")
+    parser.add_argument(
+        "--gateway-runs", type=int, default=3600, help="runs per gateway-batch phase (0: skip)"
+    )
     args = parser.parse_args()
 
     ensure_database(os.environ["DATABASE_URL"])
@@ -134,17 +174,32 @@ def main() -> None:
     from django.core.management import call_command
     from django.db import connection
 
-    from gateway.models import Organization
+    from gateway.models import ApiKey, Organization
     from telemetry.models import Run, RunChunk
     from telemetry.spool import Spool
-    from telemetry.writer import ChunkSent, RunClosed, RunOpened, RunWriter, encode_row
+    from telemetry.writer import (
+        ChunkSent,
+        RunClosed,
+        RunOpened,
+        RunWriter,
+        WriterItem,
+        encode_row,
+        write_batch,
+    )
 
     call_command("migrate", verbosity=0)
     with connection.cursor() as cursor:
         cursor.execute(
             f"TRUNCATE {RunChunk._meta.db_table}, {Run._meta.db_table} RESTART IDENTITY CASCADE"
         )
-    organization_id = Organization.objects.get_or_create(name="writer-bench")[0].id
+    organization = Organization.objects.get_or_create(name="writer-bench")[0]
+    organization_id = organization.id
+    key_id = (
+        ApiKey.objects.filter(organization=organization).first()
+        or ApiKey.objects.create(
+            organization=organization, prefix="mk-bench", digest=secrets.token_hex(32)
+        )
+    ).id
     connection.close()
     spool_dir = Path(settings.VAR_DIR) / "spool"
 
@@ -189,7 +244,7 @@ def main() -> None:
     async def throughput(runs: int, chunks: int) -> Result:
         """Keep the writer busy (at most QUEUE_CAP rows waiting); time until all is written."""
         writer = new_writer()
-        with RssSampler() as sampler:
+        with RssSampler() as sampler, CpuMeter() as cpu:
             started = time.perf_counter()
             for n, item in enumerate(streams(runs, chunks)):
                 writer.submit(item)  # type: ignore[arg-type]
@@ -199,6 +254,7 @@ def main() -> None:
                         await asyncio.sleep(0.001)
             await writer.flush()
             seconds = time.perf_counter() - started
+            cpu.stop()
         await writer.close()
         return Result(
             f"throughput {runs:,} x {chunks}",
@@ -206,6 +262,7 @@ def main() -> None:
             seconds,
             writer.spilled_total,
             sampler.samples,
+            cpu,
         )
 
     def fill_spool(runs: int, chunks: int) -> Result:
@@ -232,20 +289,21 @@ def main() -> None:
     async def drain_spool(rows: int) -> Result:
         """Start a writer on the leftover spool; time until it is drained."""
         writer = new_writer()
-        with RssSampler() as sampler:
+        with RssSampler() as sampler, CpuMeter() as cpu:
             started = time.perf_counter()
             writer.start()
             # The writer deletes each spool file once it is drained.
             while list(spool_dir.glob("*.bin")):  # noqa: ASYNC110 (no event to wait on)
                 await asyncio.sleep(0.01)
             seconds = time.perf_counter() - started
+            cpu.stop()
         await writer.close()
-        return Result(f"drain a {rows:,}-row backlog", rows, seconds, 0, sampler.samples)
+        return Result(f"drain a {rows:,}-row backlog", rows, seconds, 0, sampler.samples, cpu)
 
     async def flood(runs: int, chunks: int) -> Result:
         """Submit as fast as possible, no pause: the writer falls behind and spools."""
         writer = new_writer()
-        with RssSampler() as sampler:
+        with RssSampler() as sampler, CpuMeter() as cpu:
             started = time.perf_counter()
             for n, item in enumerate(streams(runs, chunks)):
                 writer.submit(item)  # type: ignore[arg-type]
@@ -253,6 +311,7 @@ def main() -> None:
                     await asyncio.sleep(0)
             await writer.flush()
             seconds = time.perf_counter() - started
+            cpu.stop()
         await writer.close()
         return Result(
             f"flood {runs * chunks:,} rows",
@@ -260,6 +319,7 @@ def main() -> None:
             seconds,
             writer.spilled_total,
             sampler.samples,
+            cpu,
         )
 
     async def soak(seconds: float, rate: int, chunks: int) -> Result:
@@ -267,7 +327,7 @@ def main() -> None:
         writer = new_writer()
         items = streams(10**9, chunks)
         submitted = chunk_rows = 0
-        with RssSampler() as sampler:
+        with RssSampler() as sampler, CpuMeter() as cpu:
             started = time.perf_counter()
             while (now := time.perf_counter() - started) < seconds:
                 for _ in range(int(now * rate) - submitted):
@@ -278,10 +338,116 @@ def main() -> None:
                 await asyncio.sleep(0.01)
             await writer.flush()
             elapsed = time.perf_counter() - started
+            cpu.stop()
         await writer.close()
         return Result(
-            f"soak {rate:,} rows/s", chunk_rows, elapsed, writer.spilled_total, sampler.samples
+            f"soak {rate:,} rows/s",
+            chunk_rows,
+            elapsed,
+            writer.spilled_total,
+            sampler.samples,
+            cpu,
         )
+
+    request_body = (
+        b'{"model":"scripted-small","stream":true,"messages":[{"role":"system","content":'
+        b'"You are a helpful assistant."},{"role":"user","content":"Tell me a short story '
+        b'about a lighthouse keeper and a cat, in twenty words."}]}'
+    )
+    optimizer_report = {
+        "mode": "shadow",
+        "applied": False,
+        "tokens_before": 52,
+        "tokens_after": 48,
+        "saved_tokens": 4,
+        "rules": ["trim_whitespace", "dedupe_system"],
+        "elapsed_ms": 0.08,
+    }
+
+    def gateway_run(now: datetime) -> tuple[RunOpened, list[ChunkSent], RunClosed]:
+        """One 20-chunk stream's rows, with the fields the gateway records."""
+        run_id = f"chatcmpl-{secrets.token_hex(12)}"
+        opened = RunOpened(
+            {
+                "id": run_id,
+                "accepted_at": now,
+                "organization_id": organization_id,
+                "request_body": request_body,
+                "request_bytes": len(request_body),
+                "api_key_id": key_id,
+                "request_id": secrets.token_hex(16),
+                "model": "scripted-small",
+                "deployment": "scripted",
+                "session": f"sess-{secrets.token_hex(8)}",
+                "end_user": "user-42",
+                "optimizer_report": optimizer_report,
+                "prompt_tokens": 52,
+                "stream": True,
+                "max_tokens": 256,
+                "upstream_request": None,
+                "status": Run.Status.IN_PROGRESS,
+            }
+        )
+        chunks = [
+            ChunkSent(
+                run_id,
+                seq,
+                1500 + seq * 900,
+                b'data: {"id":"%s","object":"chat.completion.chunk","choices":[{"index":0,'
+                b'"delta":{"content":"word%02d "}}]}\n\n' % (run_id.encode(), seq),
+            )
+            for seq in range(20)
+        ]
+        closed = RunClosed(
+            run_id,
+            {
+                "replica": "",
+                "session_kept": None,
+                "status": Run.Status.COMPLETED,
+                "finished_at": now + timedelta(milliseconds=20),
+                "first_token_at": now + timedelta(milliseconds=2),
+                "chunk_count": 20,
+                "finish_reason": "stop",
+                "prompt_tokens": 52,
+                "completion_tokens": 20,
+                "total_tokens": 72,
+                "cached_tokens": None,
+                "cost": Decimal("0.000123400"),
+                "usage": {"prompt_tokens": 52, "completion_tokens": 20, "total_tokens": 72},
+                "usage_source": Run.UsageSource.ESTIMATE,
+            },
+        )
+        return opened, chunks, closed
+
+    def gateway_batches(runs: int, per_batch: int) -> Result:
+        """`write_batch` on gateway-shaped batches: each holds the opens and chunks of
+        `per_batch` runs and the closes of the batch before (a run spans two batches)."""
+        batches: list[list[WriterItem]] = []
+        closes: list[WriterItem] = []
+        for _ in range(runs // per_batch + 1):
+            batch: list[WriterItem] = []
+            later: list[WriterItem] = []
+            for _ in range(per_batch):
+                opened, chunks, closed = gateway_run(datetime.now(UTC))
+                batch += [opened, *chunks]
+                later.append(closed)
+            batches.append(batch + closes)
+            closes = later
+        write_batch(batches[0])  # connects, and warms up
+        with RssSampler() as sampler:
+            started, cpu_started = time.perf_counter(), time.thread_time()
+            for batch in batches[1:]:
+                write_batch(batch)
+            seconds = time.perf_counter() - started
+            cpu = CpuMeter(writer=time.thread_time() - cpu_started)  # this thread writes
+        connection.close()
+        rows = sum(isinstance(item, ChunkSent) for batch in batches[1:] for item in batch)
+        result = Result(f"gateway, {per_batch} runs/batch", rows, seconds, 0, sampler.samples, cpu)
+        print(
+            f"{result.phase}: {cpu.writer * 1000 / (len(batches) - 1) / per_batch:.3f} ms CPU"
+            f" per run ({(len(batches) - 1) * per_batch:,} runs)"
+        )
+        return result
 
     backlog_runs = args.backlog // args.chunks
     results = [asyncio.run(throughput(args.runs, args.chunks))]
@@ -294,6 +460,10 @@ def main() -> None:
         expected += args.flood // args.chunks * args.chunks
     if args.soak:
         results.append(asyncio.run(soak(args.soak, args.rate, args.chunks)))
+    if args.gateway_runs:
+        for per_batch in (12, 80):
+            results.append(gateway_batches(args.gateway_runs, per_batch))
+            expected += args.gateway_runs // per_batch * per_batch * 20
 
     stored = RunChunk.objects.count()
     database = settings.DATABASES["default"]["NAME"]
@@ -301,12 +471,15 @@ def main() -> None:
     print(f"database {database}, batch {batch}, chunk {CHUNK_BYTES} B, {os.cpu_count()} CPUs")
     header = f"{'phase':<28}{'chunk rows':>12}{'seconds':>9}{'rows/s':>10}{'via spool':>11}"
     header += f"{'RSS min MB':>12}{'RSS max MB':>12}"
+    header += f"{'writer CPU µs/row':>19}{'process CPU µs/row':>20}"
     print(header)
     print("-" * len(header))
     for r in results:
+        writer_cpu = f"{r.cpu.writer * 1e6 / r.rows:.1f}" if r.cpu.writer else "-"
+        process_cpu = f"{r.cpu.process * 1e6 / r.rows:.1f}" if r.cpu.process else "-"
         print(
             f"{r.phase:<28}{r.rows:>12,}{r.seconds:>9.2f}{r.rate:>10,.0f}{r.spooled:>11,}"
-            f"{min(r.rss):>12.0f}{max(r.rss):>12.0f}"
+            f"{min(r.rss):>12.0f}{max(r.rss):>12.0f}{writer_cpu:>19}{process_cpu:>20}"
         )
     verdict = "met" if results[0].rate >= TARGET_ROWS_PER_SECOND else "NOT met"
     print(f"target ≥ {TARGET_ROWS_PER_SECOND:,} chunk rows/s: {verdict}")
