@@ -169,7 +169,7 @@ async def relay_chunks(
             except TimeoutError:
                 raise UpstreamTimeout("The model server took too long between chunks.") from None
     finally:
-        generation.completion_tokens = counter.count(generation.text())
+        generation.count_later = counter.count
         await stream.aclose()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,7 +15,10 @@ class Generation:
     """The reply so far and how it ended; the relay reads it for usage and the final object."""
 
     finish_reason: str = "stop"
-    completion_tokens: int = 0  # Mortar's own count
+    completion_tokens: int = 0  # Mortar's own count, once counted
+    # Counts the reply when Mortar's own count is needed (the model server reported no usage,
+    # or Mortar cut it): a model server that reports usage saves Mortar tokenizing the reply.
+    count_later: Callable[[str], int] | None = None
     content: str | None = None
     reasoning: dict[str, str] = field(default_factory=dict)
     calls: dict[int, dict[str, Any]] = field(default_factory=dict)
@@ -52,6 +56,12 @@ class Generation:
             for key in ("name", "arguments"):
                 if isinstance(function.get(key), str):
                     call["function"][key] += function[key]
+
+    def own_completion_tokens(self) -> int:
+        if self.count_later is not None:
+            self.completion_tokens = self.count_later(self.text())
+            self.count_later = None
+        return self.completion_tokens
 
     def text(self) -> str:
         """Everything generated as text (reply, reasoning, tool calls), for counting tokens."""

@@ -67,7 +67,7 @@ class Relay:
             and isinstance(reported.get("completion_tokens"), int)
         ):
             return reported, Run.UsageSource.UPSTREAM
-        completion = self.generation.completion_tokens
+        completion = self.generation.own_completion_tokens()
         estimate = {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": completion,
@@ -99,6 +99,7 @@ PING = b": ping\n\n"
 class Signal(enum.Enum):
     PING = "ping"  # the model has been quiet for the ping interval
     STOPPED = "stopped"  # someone pressed Stop
+    IDLE = "idle"  # no delta is ready: what is pending should go out now
 
 
 # Deltas read ahead of the client at most; past that the model's stream waits (backpressure).
@@ -117,8 +118,9 @@ async def watch(
     ping_interval: float | None,
     stop: asyncio.Event | None,
 ) -> AsyncIterator[dict[str, Any] | Signal]:
-    """Yield the deltas; Signal.PING after `ping_interval` quiet seconds; Signal.STOPPED (and
-    nothing after it) as soon as `stop` is set, even while the model is silent.
+    """Yield the deltas; Signal.IDLE whenever no further delta is ready yet; Signal.PING after
+    `ping_interval` quiet seconds; Signal.STOPPED (and nothing after it) as soon as `stop` is
+    set, even while the model is silent.
 
     One task reads the model for the whole stream and hands deltas over a small queue; a timer
     and the stop flag only ever add a wake-up to that queue. (A task and an `asyncio.wait` per
@@ -127,6 +129,7 @@ async def watch(
     if ping_interval is None and stop is None:
         async for delta in deltas:
             yield delta
+            yield Signal.IDLE
         return
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=WATCH_QUEUE_SIZE)
@@ -162,6 +165,8 @@ async def watch(
     ping_timer = loop.call_at(last_event + ping_interval, quiet_check) if ping_interval else None
     try:
         while True:
+            if queue.empty():
+                yield Signal.IDLE
             item = await queue.get()
             if stop is not None and stop.is_set():
                 yield Signal.STOPPED
@@ -227,42 +232,58 @@ def streaming_response(relay: Relay, *, include_usage: bool) -> EventStream:
 
 
 async def sse_events(relay: Relay, *, include_usage: bool) -> AsyncIterator[bytes]:
+    """The stream's events, each recorded as one chunk. Events that are ready together (the
+    model server often sends several chunks in one packet) go out in one write: a write per
+    event was most of the kernel time of a fast stream."""
     recorder, encoder = relay.recorder, relay.encoder
+    ready: list[bytes] = []  # recorded, not yet handed on; empty at every wait
 
-    def sent(data: bytes) -> bytes:
+    def send(data: bytes) -> None:
         recorder.chunk(data)
+        ready.append(data)
+
+    def take() -> bytes:
+        data = b"".join(ready)
+        ready.clear()
         return data
 
     try:
-        yield sent(encoder.delta({"role": "assistant"}))
+        send(encoder.delta({"role": "assistant"}))
+        yield take()
         stopped = False
         # aclosing: leaving the loop early must cancel watch's pending read at once.
         async with contextlib.aclosing(
             watch(relay.deltas, ping_interval=relay.ping_interval, stop=relay.stop)
         ) as watched:
             async for delta in watched:
+                if delta is Signal.IDLE:
+                    if ready:
+                        yield take()
+                    continue
                 if delta is Signal.PING:
-                    yield sent(PING)
+                    send(PING)
+                    yield take()
                     continue
                 if delta is Signal.STOPPED:
                     stopped = True
                     break
                 recorder.mark_first_token()
-                yield sent(encoder.delta(delta))  # type: ignore[arg-type]
+                send(encoder.delta(delta))  # type: ignore[arg-type]
         if stopped:
             # Spec, "When a stream ends early": a stopped generation sends no finish chunk;
             # the usage chunk, if asked for, and [DONE] still follow. Close the model first.
             await relay.deltas.aclose()  # type: ignore[attr-defined]
             relay.generation.finish_reason = STOPPED_FINISH_REASON
         else:
-            yield sent(encoder.finish(relay.generation.finish_reason))
+            send(encoder.finish(relay.generation.finish_reason))
         if include_usage:
-            yield sent(encoder.usage(relay.usage()[0]))
-        yield sent(DONE)
+            send(encoder.usage(relay.usage()[0]))
+        send(DONE)
+        yield take()
         relay.close_run(Run.Status.STOPPED if stopped else Run.Status.COMPLETED, http_status=200)
     except (asyncio.CancelledError, GeneratorExit):
-        # The client went away (Django cancels the response task, or closes this generator):
-        # that stops the generation too; the finally closes the model server's stream.
+        # The client went away (the endpoint cancels the response task, or closes this
+        # generator): that stops the generation too; the finally closes the model's stream.
         relay.close_run(Run.Status.CANCELLED, http_status=200, error_code="client_disconnected")
         raise
     except Exception as exc:
@@ -273,7 +294,8 @@ async def sse_events(relay: Relay, *, include_usage: bool) -> AsyncIterator[byte
             logger.exception("run %s failed mid-stream", recorder.run_id)
             error = GenerationFailed("The generation failed.")
         # Spec, "When a stream ends early": one event with the envelope, no [DONE].
-        yield sent(error_event(error.envelope()))
+        send(error_event(error.envelope()))
+        yield take()
         relay.close_run(
             Run.Status.FAILED, http_status=200, error_code=error.code, error_message=error.message
         )
@@ -291,6 +313,8 @@ async def json_response(relay: Relay) -> HttpResponse:
             watch(relay.deltas, ping_interval=None, stop=relay.stop)
         ) as watched:
             async for delta in watched:
+                if delta is Signal.IDLE:
+                    continue
                 if delta is Signal.STOPPED:
                     status = Run.Status.STOPPED
                     break
