@@ -12,6 +12,7 @@ finished first answers the stop with 404, one stopped first ends as stopped.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from django.conf import settings
 
@@ -20,6 +21,7 @@ from gateway.pipelined import pack, pipelined_connection
 
 ENTRY_SECONDS = 6 * 3600  # an entry outlives any generation; a crashed worker's expires
 STOP_CHANNEL = "stop"
+STOP_RECHECK_SECONDS = 0.005
 COMPARE_AND_DELETE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
     redis.call('DEL', KEYS[1])
@@ -55,12 +57,13 @@ class LiveGenerations:
     async def register(self, run_id: str, organization_id: int) -> asyncio.Event:
         """Register a starting generation; return the flag a stop will set.
 
-        With Redis, the entry is written without waiting for Redis's answer: the caller sends
-        the response headers next, and a stop can only come after a client has seen them, from
-        a worker whose own command reaches Redis after ours is in Redis's socket buffer (Redis
-        serves its clients in the order their commands arrive). If the command could not be
-        handed to the kernel at once (no connection yet, or Redis not keeping up), wait for
-        Redis to answer instead.
+        With Redis, the entry is handed to the kernel without waiting for Redis's answer: the
+        caller sends the response headers next, and a stop can only come after a client has
+        seen them, from a worker whose command reaches Redis after ours. Redis may still serve
+        the two in either order when both wait in one pass of its event loop; `stop` asks again
+        when it finds nothing, which by then is after ours. If the command could not be handed
+        to the kernel at once (no connection yet, or Redis not keeping up), wait for Redis's
+        answer instead.
         """
         flag = self._flags[run_id] = asyncio.Event()
         if settings.REDIS_URL:
@@ -84,19 +87,23 @@ class LiveGenerations:
         if self._flags.pop(run_id, None) is None:
             return  # already unregistered
         if settings.REDIS_URL:
-            # Now, not at the end of the loop's pass: the response may be complete next.
-            redis = pipelined_connection()
-            redis.send_packed(pack(b"DEL", self._key(run_id)))
-            redis.write_now()
+            # Wait for the answer: a JSON response goes out next, and a stop sent after it must
+            # find nothing (its command could otherwise be served before ours; see register).
+            with contextlib.suppress(Exception):
+                await pipelined_connection().call(pack(b"DEL", self._key(run_id)))
         else:
             self._owners.pop(run_id, None)
 
     async def stop(self, run_id: str, organization_id: int) -> bool:
         """Stop the generation if it runs for this organization; True if it was stopped."""
         if settings.REDIS_URL:
-            removed = await self._broadcast.redis().eval(
-                COMPARE_AND_DELETE, 1, self._key(run_id), str(organization_id)
-            )
+            redis, key = self._broadcast.redis(), self._key(run_id)
+            removed = await redis.eval(COMPARE_AND_DELETE, 1, key, str(organization_id))
+            if not removed:
+                # The entry may be on its way still (see register): our first command can be
+                # served before it, a second one sent after the first answer cannot.
+                await asyncio.sleep(STOP_RECHECK_SECONDS)
+                removed = await redis.eval(COMPARE_AND_DELETE, 1, key, str(organization_id))
         else:
             removed = self._owners.get(run_id) == organization_id
             if removed:

@@ -95,6 +95,10 @@ class PipelinedConnection(asyncio.Protocol):
 
     async def barrier(self) -> None:
         """Return once Redis has answered everything sent before; raise if it cannot."""
+        await self.call(pack(b"PING"))
+
+    async def call(self, packed: bytes) -> Any:
+        """Send one packed command now and return its reply; raise if it fails."""
         done: asyncio.Future[Any] = self._loop.create_future()
 
         def answered(reply: Any) -> None:
@@ -104,9 +108,9 @@ class PipelinedConnection(asyncio.Protocol):
                 else:
                     done.set_result(reply)
 
-        self.send(b"PING", on_reply=answered)
+        self.send_packed(packed, answered)
         self._flush()
-        await asyncio.wait_for(done, BARRIER_SECONDS)
+        return await asyncio.wait_for(done, BARRIER_SECONDS)
 
     def _drop(self, on_reply: OnReply) -> None:
         self._dropped += 1
