@@ -68,7 +68,7 @@ async def forward(
 ) -> Forwarded:
     """Open the reply on the session's replica (or the next ones); raise if none answers."""
     route = route_session(session, deployment.upstreams, replica_health)
-    failure: UpstreamError = UpstreamError("The deployment has no model servers.")
+    failure: UpstreamError | None = None
     for replica in route.attempts:
         config = ReplicaConfig.for_deployment(deployment, replica)
         stream: UpstreamStream | None = None
@@ -99,7 +99,7 @@ async def forward(
         if stream is not None:
             await stream.aclose()
         replica_health.mark_failed(replica)
-    raise failure
+    raise failure or UpstreamError("The deployment has no model servers.")
 
 
 def _as_upstream_error(exc: BaseException, replica: str) -> UpstreamError:
