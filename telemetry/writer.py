@@ -104,13 +104,13 @@ def encode_row(item: WriterItem) -> Row:
 
 def decode_row(row: Row) -> WriterItem:
     """The writer item a spooled row stands for."""
-    kind, *values = row
+    kind = row[0]
     if kind == "c":
-        return ChunkSent(*values)
+        return ChunkSent._make(row[1:])
     if kind == "o":
-        return RunOpened(*values)
+        return RunOpened._make(row[1:])
     if kind == "x":
-        return RunClosed(*values)
+        return RunClosed._make(row[1:])
     raise ValueError(f"unknown spooled row kind {kind!r}")
 
 
