@@ -176,9 +176,6 @@ class _Column:
             return value
         return self.from_orm(self.field.get_db_prep_save(value, connection))
 
-    def prepare_from_model(self, run: Run) -> Any:
-        return self.field.get_db_prep_save(self.field.pre_save(run, True), connection)
-
     def from_orm(self, value: Any) -> Any:
         """A value prepared by Django, unwrapped from psycopg's Jsonb or Binary."""
         if isinstance(value, Jsonb | psycopg.Binary):
@@ -222,8 +219,8 @@ class _RunTable:
         return row
 
     def row_through_model(self, fields: dict[str, Any]) -> list[Any]:
-        """A run's values as the ORM's INSERT would send them: for names the fast path lacks
-        (a foreign key given by its name), and for defaults computed per row."""
+        """A run's values, through a model instance as the ORM's INSERT takes them."""
+        # For what `row` cannot do: a foreign key given by its name, defaults made per row.
         run = Run(**{key: _without_nul(value) for key, value in fields.items()})
         values = [
             c.field.get_db_prep_save(c.field.pre_save(run, True), connection) for c in self.columns

@@ -18,7 +18,8 @@ database outage. So:
 - Replayed batches may already be in the database (a commit whose acknowledgment was lost), so
   they are written idempotently: runs and chunks COPYed into temporary tables and inserted
   from there with ON CONFLICT DO NOTHING, outcomes as plain UPDATEs. A batch straight from the
-  queue has never been tried before, so its runs and chunks are COPYed straight in.
+  queue has never been tried before, so its runs and chunks are COPYed straight in. How, in
+  Postgres, at little CPU a row: ``telemetry.postgres_writes``.
 - On shutdown ``close()`` writes what it can; what it cannot stays in the spool for the next
   start.
 """
