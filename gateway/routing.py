@@ -24,6 +24,8 @@ def replica_score(session: str, replica: str) -> int:
 
 def replicas_for_session(session: str, replicas: Sequence[str]) -> list[str]:
     """All replicas, the session's own first, then the order it fails over in."""
+    if len(replicas) == 1:
+        return list(replicas)  # nothing to rank
     return sorted(replicas, key=lambda replica: replica_score(session, replica), reverse=True)
 
 

@@ -9,6 +9,7 @@ httpx's exceptions become `UpstreamUnavailable` (could not connect), `UpstreamTi
 from __future__ import annotations
 
 import asyncio
+import http.cookiejar
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -54,6 +55,22 @@ class ReplicaConfig:
 
 
 _clients: dict[tuple[asyncio.AbstractEventLoop, ReplicaConfig], httpx.AsyncClient] = {}
+_completions_urls: dict[str, httpx.URL] = {}
+
+
+def completions_url(base_url: str) -> httpx.URL:
+    """The replica's chat-completions URL, parsed once (httpx parses and quotes a URL string
+    on every request)."""
+    url = _completions_urls.get(base_url)
+    if url is None:
+        url = _completions_urls[base_url] = httpx.URL(f"{base_url}/chat/completions")
+    return url
+
+
+def no_cookies() -> http.cookiejar.CookieJar:
+    """A jar that keeps nothing: a model server's cookie must never ride along on another
+    organization's request."""
+    return http.cookiejar.CookieJar(policy=http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
 
 
 def client_for(config: ReplicaConfig) -> httpx.AsyncClient:
@@ -65,11 +82,13 @@ def client_for(config: ReplicaConfig) -> httpx.AsyncClient:
         # connection on each request (2-3 ms at 32 connections, measured); aiohttp's doesn't.
         # No connection limit: a thousand slow streams must not queue behind a hundred.
         session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_SECONDS)
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_SECONDS),
+            cookie_jar=aiohttp.DummyCookieJar(),
         )
         client = _clients[key] = httpx.AsyncClient(
             base_url=config.base_url,
             headers=headers,
+            cookies=no_cookies(),
             timeout=httpx.Timeout(
                 connect=config.connect_timeout,
                 read=config.read_timeout,
@@ -148,7 +167,7 @@ async def open_stream(config: ReplicaConfig, body: bytes) -> UpstreamStream:
     client = client_for(config)
     request = client.build_request(
         "POST",
-        "/chat/completions",
+        completions_url(config.base_url),
         content=body,
         headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
     )

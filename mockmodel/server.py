@@ -148,6 +148,9 @@ class MockModel:
             return web.json_response(completion.as_json())
 
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        # As a sticky load balancer in front of a model server would: a client that keeps
+        # cookies sends it back on every later request.
+        response.set_cookie("mock-affinity", f"request-{len(self.requests)}")
         await response.prepare(request)
         if fault == "garbage":
             await response.write(b"data: {this is not json\n\n")

@@ -393,3 +393,18 @@ def test_requests_to_a_replica_reuse_one_pooled_connection(
     peers = {tuple(request["peer"]) for request in mock_requests(upstream_models.a)}
     assert len(mock_requests(upstream_models.a)) == 10
     assert len(peers) == 1  # one keep-alive connection, not one per request
+
+
+def test_a_model_servers_cookie_never_rides_along_on_a_later_request(
+    mortar_server: ServerProcess, tenant: Tenant, other_tenant: Tenant, upstream_models: MockPair
+) -> None:
+    # The mock sets a cookie on every stream; Mortar's shared client must not keep it, or one
+    # organization's request would carry what the model server gave another's.
+    mock_reset(upstream_models.a)
+    for who in (tenant, other_tenant, tenant):
+        response = post(mortar_server, who, {"model": "mock-one", "messages": ask("Hi")})
+        assert response.status_code == 200
+
+    arrived = mock_requests(upstream_models.a)
+    assert len(arrived) == 3
+    assert not any("Cookie" in request["headers"] for request in arrived)
