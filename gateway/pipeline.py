@@ -254,13 +254,13 @@ async def generate(
     )
     recorder.publish("optimizer.report", report=planned.optimizer_report.as_dict())
     live = live_generations()
-    stop = await live.register(accepted.completion_id, organization.id)
 
     async def release() -> None:
         await live.unregister(accepted.completion_id)
 
     generation = Generation()
     try:
+        stop = await live.register(accepted.completion_id, organization.id)
         if forwarding:
             assert upstream_request is not None
             forwarded = await forward(

@@ -143,7 +143,10 @@ async def watch(
     async def read() -> None:
         try:
             async for delta in deltas:
-                await queue.put(delta)
+                if queue.full():
+                    await queue.put(delta)  # the client reads slower than the model writes
+                else:
+                    queue.put_nowait(delta)
         except Exception as exc:  # handed to the reader, raised there
             await queue.put(_Failed(exc))
         else:
@@ -167,7 +170,9 @@ async def watch(
         while True:
             if queue.empty():
                 yield Signal.IDLE
-            item = await queue.get()
+                item = await queue.get()
+            else:
+                item = queue.get_nowait()
             if stop is not None and stop.is_set():
                 yield Signal.STOPPED
                 return
@@ -305,24 +310,64 @@ async def sse_events(relay: Relay, *, include_usage: bool) -> AsyncIterator[byte
             await relay.release()
 
 
+class CancelOnStop:
+    """Inside the block, cancel the running task as soon as `stop` is set; the block then ends
+    quietly with `stopped` true. A cancellation from anywhere else goes on as usual."""
+
+    def __init__(self, stop: asyncio.Event | None):
+        self.stop = stop
+        self.stopped = False
+        self._inside = False
+        self._task: asyncio.Task[Any] | None = None
+        self._waiter: asyncio.Future[Any] | None = None
+
+    def __enter__(self) -> CancelOnStop:
+        if self.stop is not None:
+            self._task = asyncio.current_task()
+            self._inside = True
+            self._waiter = asyncio.ensure_future(self.stop.wait())
+            self._waiter.add_done_callback(self._on_stop)
+        return self
+
+    def _on_stop(self, waiter: asyncio.Future[Any]) -> None:
+        if self._inside and not waiter.cancelled() and self._task is not None:
+            self.stopped = True
+            self._task.cancel()
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> bool:
+        self._inside = False
+        if self._waiter is not None:
+            self._waiter.cancel()
+        if self.stopped and kind is asyncio.CancelledError and self._task is not None:
+            return self._task.uncancel() == 0  # swallow our own cancel, and only ours
+        return False
+
+
 async def json_response(relay: Relay) -> HttpResponse:
-    """Run the generation to its end — or its stop — and answer with one object."""
+    """Run the generation to its end — or its stop — and answer with one object.
+
+    The deltas are read in this task, without `watch`: there are no pings to send while the
+    model is silent, and a stop cancels the read itself."""
     status = Run.Status.COMPLETED
     try:
-        async with contextlib.aclosing(
-            watch(relay.deltas, ping_interval=None, stop=relay.stop)
-        ) as watched:
-            async for delta in watched:
-                if delta is Signal.IDLE:
-                    continue
-                if delta is Signal.STOPPED:
-                    status = Run.Status.STOPPED
-                    break
+        with CancelOnStop(relay.stop) as stopping:
+            async for _ in relay.deltas:
                 relay.recorder.mark_first_token()
-        if status == Run.Status.STOPPED:
+        if stopping.stopped:
             # What was generated so far, with finish_reason "stopped" (README).
-            await relay.deltas.aclose()  # type: ignore[attr-defined]
+            status = Run.Status.STOPPED
             relay.generation.finish_reason = STOPPED_FINISH_REASON
+        generation = relay.generation
+        body = relay.encoder.completion(
+            message=generation.message(),
+            finish_reason=generation.finish_reason,
+            usage=relay.usage()[0],
+        )
+        # Closed before the awaits below: a client that leaves during them must not leave the
+        # run in progress.
+        relay.recorder.chunk(body)
+        relay.close_run(status, http_status=200)
+        return HttpResponse(body, content_type="application/json", headers=relay.headers)
     except asyncio.CancelledError:
         relay.close_run(Run.Status.CANCELLED, http_status=499, error_code="client_disconnected")
         raise
@@ -340,12 +385,3 @@ async def json_response(relay: Relay) -> HttpResponse:
         await relay.deltas.aclose()  # type: ignore[attr-defined]
         if relay.release is not None:
             await relay.release()
-    generation = relay.generation
-    body = relay.encoder.completion(
-        message=generation.message(),
-        finish_reason=generation.finish_reason,
-        usage=relay.usage()[0],
-    )
-    relay.recorder.chunk(body)
-    relay.close_run(status, http_status=200)
-    return HttpResponse(body, content_type="application/json", headers=relay.headers)

@@ -212,3 +212,44 @@ def test_a_client_that_leaves_before_the_first_chunk_leaves_no_run_in_progress(
         time.sleep(0.1)
     assert run is not None
     assert (run.status, run.error_code) == ("cancelled", "client_disconnected")
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "json"])
+def test_clients_that_leave_at_any_moment_leave_no_run_in_progress(
+    mortar_server, tenant, upstream_models: MockPair, stream: bool
+) -> None:
+    from telemetry.models import Run
+
+    prefix = f"leaves-anywhere-{stream}-"
+    body = orjson.dumps(
+        {
+            "model": "mock-patient",
+            "stream": stream,
+            "messages": [{"role": "user", "content": "[mock chunks=8 delay_ms=2]"}],
+        }
+    )
+    # Hang up after 1 to 40 ms: before the model answers, mid-reply, while the run is closed.
+    for step in range(40):
+        try:
+            with httpx.Client(timeout=httpx.Timeout(5, read=(step + 1) / 1000)) as client:
+                client.post(
+                    f"{mortar_server.base_url}/v1/chat/completions",
+                    content=body,
+                    headers={
+                        "Authorization": f"Bearer {tenant.secret}",
+                        "X-Request-Id": f"{prefix}{step}",
+                    },
+                ).read()
+        except httpx.ReadTimeout:
+            pass
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        runs = Run.objects.filter(request_id__startswith=prefix)
+        if not runs.filter(status="in_progress").exists() and runs.count() >= 20:
+            break
+        time.sleep(0.1)
+    runs = Run.objects.filter(request_id__startswith=prefix)
+    statuses = set(runs.values_list("status", flat=True))
+    assert "in_progress" not in statuses
+    assert statuses <= {"completed", "cancelled"}
+    assert runs.count() >= 20  # most hang-ups came after the request was accepted
