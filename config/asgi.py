@@ -17,6 +17,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
 from gateway.asgi_handler import ApiHandler, is_api_path  # noqa: E402
+from gateway.broadcast import broadcast  # noqa: E402
 from gateway.chat_endpoint import CHAT_COMPLETIONS_PATH, chat_completions  # noqa: E402
 from gateway.live import live_generations  # noqa: E402
 from gateway.lookups import lookup_cache  # noqa: E402
@@ -70,5 +71,6 @@ async def application(scope, receive, send):  # type: ignore[no-untyped-def]
         elif message["type"] == "lifespan.shutdown":
             await close_run_writer()  # flush what is queued before the process ends
             await close_clients()
+            await broadcast().close()  # a stop request no longer waits for this worker
             await send({"type": "lifespan.shutdown.complete"})
             return

@@ -7,6 +7,7 @@ Used for stop requests (`live.py`) and for dropping cached keys and models when 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 
@@ -47,6 +48,15 @@ class Broadcast:
             self._subscribed.clear()
             self._listener = asyncio.get_running_loop().create_task(self._listen())
         await asyncio.wait_for(self._subscribed.wait(), 5)
+
+    async def close(self) -> None:
+        """Stop listening (a loop that ends must not stay subscribed: a stop request counts
+        the listeners it waits for)."""
+        if self._listener is not None and not self._listener.done():
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listener
+        self._subscribed.clear()
 
     async def publish(self, name: str, message: str) -> None:
         if settings.REDIS_URL:

@@ -1,52 +1,46 @@
 """Generations in flight, across worker processes, and the Stop button behind them.
 
-Each running generation is registered under its completion id with its organization — in
-Redis when configured (`{prefix}:live:{id}`, written on the pipelined connection without waiting
-for the answer: see `register`), else in this process. A stop request removes the
-entry if, and only if, it belongs to the caller's organization (one atomic compare-and-delete),
-then announces the stop to every worker (`broadcast.py`); the worker that runs the generation
-sets its stop flag within milliseconds. Whoever removes the entry first wins: a generation that
-finished first answers the stop with 404, one stopped first ends as stopped.
+Each worker keeps its own running generations in memory: registering one and forgetting it
+cost nothing on the request path (no Redis command per request). A stop is answered by the
+worker that runs the generation:
+
+- a stop for a generation of this worker is decided here, at once;
+- otherwise it is announced to every worker (`broadcast.py`, one Redis PUBLISH, which returns
+  how many workers heard it); each answers on a reply list whether it stopped the generation,
+  and the asking worker waits for a yes, or for every answer to be no (`STOP_ANSWER_SECONDS`
+  at most, should a worker never answer).
+
+A worker stops a generation only if it runs for the caller's organization, and forgets it in
+the same step; a generation that ended is forgotten before its response is complete. So
+whoever comes first wins: a generation that finished first answers the stop with 404, one
+stopped first ends as stopped, and another organization's stop is a 404 with the stream going
+on.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import time
 
 from django.conf import settings
 
-from gateway.broadcast import broadcast
+from gateway.broadcast import broadcast, channel_name
+from gateway.ids import new_hex_id
 from gateway.pipelined import pack, pipelined_connection
 
-ENTRY_SECONDS = 6 * 3600  # an entry outlives any generation; a crashed worker's expires
 STOP_CHANNEL = "stop"
-STOP_RECHECK_SECONDS = 0.005
-COMPARE_AND_DELETE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-    redis.call('DEL', KEYS[1])
-    return 1
-end
-return 0
-"""
+STOP_ANSWER_SECONDS = 2.0  # how long a stop waits for a worker that does not answer
+ANSWER_LIST_SECONDS = 30  # a reply list nobody reads expires
+YES, NO = b"1", b"0"
 
 
 class LiveGenerations:
-    """This process's running generations and their stop flags."""
+    """This process's running generations: their organizations and stop flags."""
 
     def __init__(self) -> None:
-        self._flags: dict[str, asyncio.Event] = {}
-        self._owners: dict[str, int] = {}  # the registry itself, without Redis
+        self._running: dict[str, tuple[int, asyncio.Event]] = {}
         self._broadcast = broadcast()
-        self._broadcast.on(STOP_CHANNEL, self._on_stop)
-
-    def _key(self, run_id: str) -> str:
-        return f"{settings.REDIS_PREFIX}:live:{run_id}"
-
-    def _on_stop(self, run_id: str) -> None:
-        flag = self._flags.get(run_id)
-        if flag is not None:
-            flag.set()
+        self._broadcast.on(STOP_CHANNEL, self._on_stop_request)
 
     async def start(self) -> None:
         """Listen for stops from the start, so the first one is as quick as any; connect."""
@@ -55,62 +49,61 @@ class LiveGenerations:
             await pipelined_connection().barrier()
 
     async def register(self, run_id: str, organization_id: int) -> asyncio.Event:
-        """Register a starting generation; return the flag a stop will set.
-
-        With Redis, the entry is handed to the kernel without waiting for Redis's answer: the
-        caller sends the response headers next, and a stop can only come after a client has
-        seen them, from a worker whose command reaches Redis after ours. Redis may still serve
-        the two in either order when both wait in one pass of its event loop; `stop` asks again
-        when it finds nothing, which by then is after ours. If the command could not be handed
-        to the kernel at once (no connection yet, or Redis not keeping up), wait for Redis's
-        answer instead.
-        """
-        flag = self._flags[run_id] = asyncio.Event()
-        if settings.REDIS_URL:
-            await self._broadcast.start()  # returns at once once listening
-            redis = pipelined_connection()
-            redis.send_packed(
-                pack(b"SET", self._key(run_id), organization_id, b"EX", ENTRY_SECONDS)
-            )
-            if not redis.write_now():
-                try:
-                    await redis.barrier()
-                except BaseException:
-                    del self._flags[run_id]
-                    raise
-        else:
-            self._owners[run_id] = organization_id
+        """Register a starting generation; return the flag a stop will set."""
+        flag = asyncio.Event()
+        self._running[run_id] = (organization_id, flag)
         return flag
 
     async def unregister(self, run_id: str) -> None:
         """Forget a generation that ended; a stop for it is a 404 from now on."""
-        if self._flags.pop(run_id, None) is None:
-            return  # already unregistered
-        if settings.REDIS_URL:
-            # Wait for the answer: a JSON response goes out next, and a stop sent after it must
-            # find nothing (its command could otherwise be served before ours; see register).
-            with contextlib.suppress(Exception):
-                await pipelined_connection().call(pack(b"DEL", self._key(run_id)))
-        else:
-            self._owners.pop(run_id, None)
+        self._running.pop(run_id, None)
+
+    def _stop_here(self, run_id: str, organization_id: int) -> bool:
+        running = self._running.get(run_id)
+        if running is None or running[0] != organization_id:
+            return False
+        del self._running[run_id]
+        running[1].set()
+        return True
 
     async def stop(self, run_id: str, organization_id: int) -> bool:
-        """Stop the generation if it runs for this organization; True if it was stopped."""
-        if settings.REDIS_URL:
-            redis, key = self._broadcast.redis(), self._key(run_id)
-            removed = await redis.eval(COMPARE_AND_DELETE, 1, key, str(organization_id))
-            if not removed:
-                # The entry may be on its way still (see register): our first command can be
-                # served before it, a second one sent after the first answer cannot.
-                await asyncio.sleep(STOP_RECHECK_SECONDS)
-                removed = await redis.eval(COMPARE_AND_DELETE, 1, key, str(organization_id))
-        else:
-            removed = self._owners.get(run_id) == organization_id
-            if removed:
-                del self._owners[run_id]
-        if removed:
-            await self._broadcast.publish(STOP_CHANNEL, run_id)
-        return bool(removed)
+        """Stop the generation if it runs for this organization, on any worker; True if it
+        was stopped."""
+        if self._stop_here(run_id, organization_id):
+            return True
+        if not settings.REDIS_URL:
+            return False
+        redis = self._broadcast.redis()
+        answers = f"{settings.REDIS_PREFIX}:stop-answers:{new_hex_id()}"
+        await self._broadcast.start()
+        listeners = await redis.publish(
+            channel_name(STOP_CHANNEL), f"{run_id} {organization_id} {answers}"
+        )
+        deadline = time.monotonic() + STOP_ANSWER_SECONDS
+        stopped = False
+        try:
+            for _ in range(listeners):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                reply = await redis.blpop([answers], timeout=left)
+                if reply is None:
+                    break
+                if reply[1] == YES:
+                    stopped = True
+                    break
+        finally:
+            await redis.delete(answers)
+        return stopped
+
+    def _on_stop_request(self, message: str) -> None:
+        """Another worker (or this one) asks every worker to stop a generation: answer."""
+        run_id, organization_id, answers = message.split(" ", 2)
+        stopped = self._stop_here(run_id, int(organization_id))
+        redis = pipelined_connection()
+        redis.send_packed(pack(b"RPUSH", answers, YES if stopped else NO))
+        redis.send_packed(pack(b"EXPIRE", answers, ANSWER_LIST_SECONDS))
+        redis.write_now()
 
 
 _live: dict[asyncio.AbstractEventLoop, LiveGenerations] = {}

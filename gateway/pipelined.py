@@ -1,5 +1,5 @@
 """One Redis connection per event loop for the commands a request sends and never waits on:
-telemetry events (`telemetry/events.py`) and the live-generation registry (`live.py`).
+telemetry events (`telemetry/events.py`) and the answers to stop requests (`live.py`).
 
 redis-py costs a coroutine, a connection checkout and Python-side packing per command (or per
 pipeline): about a tenth of the gateway's CPU per request went there. Here a command is packed
@@ -8,9 +8,8 @@ write at the end of the event loop's pass; replies are parsed by hiredis as they
 matched to their commands in order (Redis answers in order on one connection). Errors are
 logged, or handed to the command's callback.
 
-`write_now()` hands the queue to the kernel before it returns, for callers that promise
-something to another process right after: the registry's entry must reach Redis before the
-response headers go out, so that a stop sent through another worker finds it (see `live.py`).
+`write_now()` hands the queue to the kernel before it returns, for callers another process
+waits on (a worker's answer to a stop request, see `live.py`).
 """
 
 from __future__ import annotations

@@ -222,8 +222,8 @@ class EventPublisher:
 class RedisEventPublisher(EventPublisher):
     """Write events as XADDs on the pipelined connection, no task, no waiting for replies.
 
-    Events wait up to BATCH_SECONDS, or until the connection writes anything sooner (the live
-    registry writes at once), and go in that write: a few writes per request instead of one
+    Events wait up to BATCH_SECONDS, or until the connection writes anything sooner, and go
+    in that write: a few writes per request instead of one
     per event at low load, where each costs a system call here and a read of the replies.
 
     The dashboard gets a batch only while its channel-layer group has members (most of the

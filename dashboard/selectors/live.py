@@ -8,14 +8,13 @@ from datetime import datetime, timedelta
 from django.utils import timezone
 
 from dashboard.selectors.runs import Reply, reply_of
-from gateway.live import ENTRY_SECONDS
 from gateway.tokens import TokenCounter, default_counter
 from telemetry.models import Run, RunChunk
 
 IN_FLIGHT_LIMIT = 100
-# A run left `in_progress` by a crashed worker is not in flight: the live registry forgets a
-# generation after ENTRY_SECONDS, so the list does too.
-IN_FLIGHT_WINDOW = timedelta(seconds=ENTRY_SECONDS)
+# A run left `in_progress` by a crashed worker is not in flight: after six hours (longer than
+# any generation runs) the list forgets it.
+IN_FLIGHT_WINDOW = timedelta(hours=6)
 
 
 @dataclass(frozen=True)

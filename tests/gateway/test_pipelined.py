@@ -1,5 +1,5 @@
-"""The pipelined Redis connection (`gateway/pipelined.py`) and the registry writes on it, on the
-real Redis."""
+"""The pipelined Redis connection (`gateway/pipelined.py`) and the stop requests answered on
+it (`gateway/live.py`), on the real Redis."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Any
 import redis
 from django.conf import settings
 
-from gateway.live import live_generations
+from gateway.broadcast import broadcast, channel_name
+from gateway.live import STOP_CHANNEL, live_generations
 from gateway.pipelined import PipelinedConnection
 
 
@@ -51,29 +52,46 @@ async def test_it_reconnects_when_redis_drops_it_and_tells_who_waited() -> None:
     connection.close()
 
 
-async def test_a_stop_finds_a_generation_as_soon_as_register_returns() -> None:
-    # What Stop relies on: register does not wait for Redis's answer, yet a stop sent on
-    # another connection right after register returned (as another worker's, after the client
-    # saw the headers) finds the entry — only for the generation's own organization.
+async def test_a_stop_is_decided_by_the_generations_organization() -> None:
     live = live_generations()
-    await live.start()
-    for n in range(100):
-        run_id = f"chatcmpl-pipelined-stop-{n}"
-        flag = await live.register(run_id, 7)
-        assert await live.stop(run_id, 8) is False
-        assert await live.stop(run_id, 7) is True
-        await asyncio.wait_for(flag.wait(), 1)
-        await live.unregister(run_id)
+    try:
+        flag = await live.register("chatcmpl-pipelined-stop", 7)
+        assert await live.stop("chatcmpl-pipelined-stop", 8) is False  # asks the other workers
+        assert not flag.is_set()
+        assert await live.stop("chatcmpl-pipelined-stop", 7) is True
+        assert flag.is_set()
+        assert await live.stop("chatcmpl-pipelined-stop", 7) is False  # stopped once
+    finally:
+        await broadcast().close()
 
 
-async def test_an_unregistered_generation_is_gone_for_everyone_once_unregister_returns() -> None:
+async def test_a_generation_that_ended_cannot_be_stopped() -> None:
     live = live_generations()
-    await live.start()
+    try:
+        flag = await live.register("chatcmpl-pipelined-gone", 7)
+        await live.unregister("chatcmpl-pipelined-gone")
+        assert await live.stop("chatcmpl-pipelined-gone", 7) is False
+        assert not flag.is_set()
+    finally:
+        await broadcast().close()
+
+
+async def test_every_listening_worker_answers_a_stop_request() -> None:
+    # What a stop through another worker waits on: one answer per listener, on its reply list.
+    live = live_generations()
     other = redis.Redis.from_url(settings.REDIS_URL)
-    for n in range(200):
-        run_id = f"chatcmpl-pipelined-gone-{n}"
-        await live.register(run_id, 7)
-        await live.unregister(run_id)
-        assert other.get(f"{settings.REDIS_PREFIX}:live:{run_id}") is None
-    other.close()
-    assert await live.stop("chatcmpl-pipelined-gone-0", 7) is False
+    try:
+        await live.start()
+        await live.register("chatcmpl-pipelined-remote", 7)
+        answers = key("answers")
+        heard = other.publish(channel_name(STOP_CHANNEL), f"chatcmpl-pipelined-remote 7 {answers}")
+        assert heard >= 1
+        replies = []
+        for _ in range(heard):  # every worker of this suite answers; only ours with a yes
+            reply = await asyncio.to_thread(other.blpop, [answers], 2)  # the loop must answer
+            assert reply is not None
+            replies.append(reply[1])
+        assert replies.count(b"1") == 1
+    finally:
+        other.close()
+        await broadcast().close()
