@@ -111,20 +111,21 @@ def _as_upstream_error(exc: BaseException, replica: str) -> UpstreamError:
 
 
 async def relay_chunks(
-    first: dict[str, Any],
-    chunks: AsyncIterator[dict[str, Any]],
+    first: list[dict[str, Any]],
+    batches: AsyncIterator[list[dict[str, Any]]],
     stream: UpstreamStream,
     *,
     generation: Generation,
     counter: TokenCounter,
     max_tokens: int,
     deployment: Deployment,
-) -> AsyncIterator[dict[str, Any]]:
-    """Yield the deltas of the model server's chunks, filling in `generation` as they pass.
+) -> AsyncIterator[list[dict[str, Any]]]:
+    """Yield the deltas of the model server's chunks, a list per batch of chunks that arrived
+    together (never empty), filling in `generation` as they pass.
 
     The wait between chunks is the socket read timeout, plus a timer of our own only where
     `between_chunks` is shorter than the first-byte wait; the total time is checked at every
-    chunk.
+    batch.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + deployment.total_timeout_s
@@ -134,36 +135,42 @@ async def relay_chunks(
     chunk_timer = deployment.chunk_timeout_s < deployment.first_byte_timeout_s
     text_bytes = 0
     tokens: int | None = None
-    chunk: dict[str, Any] = first
+    batch = first
     try:
         while True:
-            usage = chunk.get("usage")
-            if isinstance(usage, dict):
-                generation.upstream_usage = usage
-            for delta, finish_reason in _deltas_of(chunk):
-                if delta:
-                    text = _delta_text(delta)
-                    text_bytes += len(text.encode())
-                    if tokens is None and text_bytes > limit:
-                        tokens = counter.count(generation.text())
-                    if tokens is not None:
-                        tokens += counter.count(text)
-                        if tokens > limit:
-                            generation.cut_by_mortar = True
-                            generation.finish_reason = "length"
-                            return  # closing the stream stops the model server generating
-                    generation.add_delta(delta)
-                    yield delta
-                if finish_reason:
-                    generation.finish_reason = finish_reason
+            deltas = []
+            for chunk in batch:
+                usage = chunk.get("usage")
+                if isinstance(usage, dict):
+                    generation.upstream_usage = usage
+                for delta, finish_reason in _deltas_of(chunk):
+                    if delta:
+                        text = _delta_text(delta)
+                        text_bytes += len(text.encode())
+                        if tokens is None and text_bytes > limit:
+                            tokens = counter.count(generation.text())
+                        if tokens is not None:
+                            tokens += counter.count(text)
+                            if tokens > limit:
+                                generation.cut_by_mortar = True
+                                generation.finish_reason = "length"
+                                if deltas:
+                                    yield deltas
+                                return  # closing the stream stops the model server generating
+                        generation.add_delta(delta)
+                        deltas.append(delta)
+                    if finish_reason:
+                        generation.finish_reason = finish_reason
+            if deltas:
+                yield deltas
             if loop.time() > deadline:
                 raise UpstreamTimeout("The model server took too long in total.")
             try:
                 if chunk_timer:
                     async with asyncio.timeout(deployment.chunk_timeout_s):
-                        chunk = await anext(chunks)
+                        batch = await anext(batches)
                 else:
-                    chunk = await anext(chunks)
+                    batch = await anext(batches)
             except StopAsyncIteration:
                 return
             except TimeoutError:

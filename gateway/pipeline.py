@@ -37,7 +37,7 @@ from gateway.models import CatalogModel, Deployment, Organization
 from gateway.optimizer import OptimizerReport, optimize
 from gateway.planning import plan_output_cap
 from gateway.responses import error_response
-from gateway.scripted import ScriptedModel
+from gateway.scripted import ScriptedModel, one_per_batch
 from gateway.selectors import model_resolve
 from gateway.sessions import end_user_for, session_for
 from gateway.streaming import EventStream, Relay, json_response, streaming_response
@@ -283,7 +283,9 @@ async def generate(
         else:
             recorder.routed(deployment=deployment.name, replica="", session_kept=None)
             scripted = ScriptedModel(counter=planned.counter, delay_ms=deployment.scripted_delay_ms)
-            deltas = scripted.generate(chat, max_tokens=planned.max_tokens, generation=generation)
+            deltas = one_per_batch(
+                scripted.generate(chat, max_tokens=planned.max_tokens, generation=generation)
+            )
             ping_interval = None
     except MortarError as error:
         await release()

@@ -121,6 +121,18 @@ def text_pieces(text: str) -> list[str]:
     return pieces
 
 
+async def one_per_batch(
+    deltas: AsyncIterator[dict[str, Any]],
+) -> AsyncIterator[list[dict[str, Any]]]:
+    """The scripted model's deltas as the relay takes them: batches, here of one each (it paces
+    them itself). Closing this closes the model, so its `generation` is complete."""
+    try:
+        async for delta in deltas:
+            yield [delta]
+    finally:
+        await deltas.aclose()  # type: ignore[attr-defined]
+
+
 @dataclass(frozen=True)
 class Script:
     """A whole reply, decided up front, to be sent piece by piece."""

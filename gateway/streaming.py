@@ -42,7 +42,8 @@ class GenerationFailed(MortarError):
 class Relay:
     """One generation on its way out: what produces it, how it is encoded and recorded."""
 
-    deltas: AsyncIterator[dict[str, Any]]
+    # The model's deltas, a list per batch that arrived together (never empty).
+    deltas: AsyncIterator[list[dict[str, Any]]]
     generation: Generation
     encoder: ChunkEncoder
     recorder: RunRecorder
@@ -102,7 +103,7 @@ class Signal(enum.Enum):
     IDLE = "idle"  # no delta is ready: what is pending should go out now
 
 
-# Deltas read ahead of the client at most; past that the model's stream waits (backpressure).
+# Batches of deltas read ahead of the client at most; past that the model's stream waits.
 WATCH_QUEUE_SIZE = 64
 _END = object()  # the model's stream ended
 
@@ -113,22 +114,23 @@ class _Failed:
 
 
 async def watch(
-    deltas: AsyncIterator[dict[str, Any]],
+    deltas: AsyncIterator[list[dict[str, Any]]],
     *,
     ping_interval: float | None,
     stop: asyncio.Event | None,
 ) -> AsyncIterator[dict[str, Any] | Signal]:
-    """Yield the deltas; Signal.IDLE whenever no further delta is ready yet; Signal.PING after
-    `ping_interval` quiet seconds; Signal.STOPPED (and nothing after it) as soon as `stop` is
-    set, even while the model is silent.
+    """Yield the deltas one by one; Signal.IDLE whenever no further delta is ready yet;
+    Signal.PING after `ping_interval` quiet seconds; Signal.STOPPED (and nothing after it) as
+    soon as `stop` is set, even while the model is silent.
 
-    One task reads the model for the whole stream and hands deltas over a small queue; a timer
+    One task reads the model for the whole stream and hands batches over a small queue; a timer
     and the stop flag only ever add a wake-up to that queue. (A task and an `asyncio.wait` per
     delta, the obvious way to race a read against a timeout and a flag, cost ~30 µs a chunk.)
     """
     if ping_interval is None and stop is None:
-        async for delta in deltas:
-            yield delta
+        async for batch in deltas:
+            for delta in batch:
+                yield delta
             yield Signal.IDLE
         return
     loop = asyncio.get_running_loop()
@@ -142,11 +144,11 @@ async def watch(
 
     async def read() -> None:
         try:
-            async for delta in deltas:
+            async for batch in deltas:
                 if queue.full():
-                    await queue.put(delta)  # the client reads slower than the model writes
+                    await queue.put(batch)  # the client reads slower than the model writes
                 else:
-                    queue.put_nowait(delta)
+                    queue.put_nowait(batch)
         except Exception as exc:  # handed to the reader, raised there
             await queue.put(_Failed(exc))
         else:
@@ -187,7 +189,8 @@ async def watch(
             if isinstance(item, _Failed):
                 raise item.error
             last_event = loop.time()
-            yield item
+            for delta in item:
+                yield delta
     finally:
         if ping_timer is not None:
             ping_timer.cancel()

@@ -106,11 +106,14 @@ async def close_clients() -> None:
         await _clients.pop(key).aclose()
 
 
-async def sse_data(raw: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """The `data` of each server-sent event in a byte stream; comments and empty events skipped.
+async def sse_data(raw: AsyncIterator[bytes]) -> AsyncIterator[list[bytes]]:
+    """The `data` of each server-sent event in a byte stream, a list per read of what that read
+    completed (never empty); comments and empty events skipped.
 
     Written for speed over bytes (a model server sends one small event per token): httpx-sse
-    decodes text line by line, which cost more than the rest of relaying a chunk.
+    decodes text line by line, which cost more than the rest of relaying a chunk. Handing on
+    what one read holds together saves a trip through every generator per event when a fast
+    server's events arrive several to a packet.
     """
     buffer = b""
     async for piece in raw:
@@ -119,13 +122,20 @@ async def sse_data(raw: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
             if buffer.endswith(b"\r"):
                 continue  # a CRLF split between reads: wait for its LF
             buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        while (end := buffer.find(b"\n\n")) >= 0:
-            event, buffer = buffer[:end], buffer[end + 2 :]
+        if b"\n\n" not in buffer:
+            continue
+        *events, buffer = buffer.split(b"\n\n")
+        found = []
+        for event in events:
+            if event.startswith(b"data: ") and b"\n" not in event:
+                found.append(event[6:])  # the usual event: one data line
+                continue
             lines = [line for line in event.split(b"\n") if line.startswith(b"data:")]
             if lines:
-                yield b"\n".join(
-                    line[6:] if line.startswith(b"data: ") else line[5:] for line in lines
-                )
+                data = (line[6:] if line.startswith(b"data: ") else line[5:] for line in lines)
+                found.append(b"\n".join(data))
+        if found:
+            yield found
 
 
 class UpstreamStream:
@@ -134,23 +144,33 @@ class UpstreamStream:
     def __init__(self, response: httpx.Response):
         self.response = response
 
-    async def chunks(self) -> AsyncIterator[dict[str, Any]]:
+    async def chunks(self) -> AsyncIterator[list[dict[str, Any]]]:
+        """The chunk objects, a list per read of the model server's stream (never empty)."""
         try:
             if self.response.headers.get("content-type", "").startswith("application/json"):
                 # A server that answered a streaming request with one JSON object.
-                yield _completion_as_chunk(_json(await self.response.aread()))
+                yield [_completion_as_chunk(_json(await self.response.aread()))]
                 return
             done = False
-            async for data in sse_data(self.response.aiter_raw()):
+            async for batch in sse_data(self.response.aiter_raw()):
                 if done:
                     continue  # after [DONE], read on to the end so the connection is reused
-                if data == b"[DONE]":
-                    done = True
-                    continue
-                chunk = _json(data)
-                if "error" in chunk and "choices" not in chunk:
-                    raise UpstreamError(f"The model server failed: {_message(chunk)}")
-                yield chunk
+                chunks = []
+                for data in batch:
+                    if data == b"[DONE]":
+                        done = True
+                        break
+                    try:
+                        chunk = _json(data)
+                        if "error" in chunk and "choices" not in chunk:
+                            raise UpstreamError(f"The model server failed: {_message(chunk)}")
+                    except UpstreamError:
+                        if chunks:
+                            yield chunks  # what came before the fault is relayed first
+                        raise
+                    chunks.append(chunk)
+                if chunks:
+                    yield chunks
             if not done:
                 raise UpstreamError("The model server closed the stream before it was complete.")
         except httpx.TimeoutException:
