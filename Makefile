@@ -58,6 +58,7 @@ test: install lint
 
 ## bench: Mortar beside LiteLLM and the mock model server (~15 min; needs wrk, Postgres, Redis)
 bench: install
+	command -v wrk >/dev/null || (apt-get update && apt-get install -y wrk)
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 lint: install
