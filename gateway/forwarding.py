@@ -130,11 +130,13 @@ async def relay_chunks(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + deployment.total_timeout_s
     limit = runon_limit(max_tokens)
-    # A token is at least one byte, so no count is needed until the reply's bytes pass the
-    # limit: the tokenizer runs once at the end, not once per chunk.
+    # A token is at least one byte, so the tokens counted so far plus the bytes since are a
+    # bound: the tokenizer runs only when that bound passes the limit, on the text since its
+    # last count — for most replies never, for a long one every few hundred bytes near the end.
     chunk_timer = deployment.chunk_timeout_s < deployment.first_byte_timeout_s
-    text_bytes = 0
-    tokens: int | None = None
+    tokens = 0  # counted
+    uncounted: list[str] = []
+    uncounted_bytes = 0
     batch = first
     try:
         while True:
@@ -146,11 +148,12 @@ async def relay_chunks(
                 for delta, finish_reason in _deltas_of(chunk):
                     if delta:
                         text = _delta_text(delta)
-                        text_bytes += len(text.encode())
-                        if tokens is None and text_bytes > limit:
-                            tokens = counter.count(generation.text())
-                        if tokens is not None:
-                            tokens += counter.count(text)
+                        uncounted.append(text)
+                        uncounted_bytes += len(text.encode())
+                        if tokens + uncounted_bytes > limit:
+                            tokens += counter.count("".join(uncounted))
+                            uncounted.clear()
+                            uncounted_bytes = 0
                             if tokens > limit:
                                 generation.cut_by_mortar = True
                                 generation.finish_reason = "length"
