@@ -31,7 +31,10 @@ CATEGORIES = [
         "per-request thread start/join (asgiref ThreadSensitiveContext)",
         r"ThreadSensitiveContext\.__aexit__|_adjust_thread_count|^Thread\.start \(",
     ),
-    ("run writer (its thread: COPY / UPDATE batches)", r"telemetry/writer\.py|telemetry/spool\.py"),
+    (
+        "run writer (its thread: COPY / UPDATE batches)",
+        r"telemetry/writer\.py|telemetry/spool\.py|telemetry/postgres_writes\.py",
+    ),
     (
         "ORM queries (key + catalog lookups, on worker threads)",
         r"django/db/models|django/db/backends",
@@ -48,8 +51,11 @@ CATEGORIES = [
     ("tokenizer (tiktoken)", r"tiktoken/|gateway/tokens\.py"),
     ("prompt optimizer (shadow)", r"gateway/optimizer/"),
     ("validation + body parsing", r"gateway/validation\.py"),
-    ("live-generation registry (Redis SET/DEL)", r"gateway/live\.py"),
-    ("telemetry events (Redis XADD pipeline)", r"telemetry/events\.py"),
+    ("live-generation registry (in memory; stop requests)", r"gateway/live\.py"),
+    (
+        "telemetry events (pipelined Redis XADDs)",
+        r"telemetry/events\.py|gateway/pipelined\.py|hiredis",
+    ),
     ("channel layer (dashboard group_send)", r"channels_redis|channels/layers"),
     (
         "upstream client (httpx, aiohttp, httpcore, anyio)",
@@ -57,12 +63,14 @@ CATEGORIES = [
     ),
     (
         "relay, chunk encoding, recorder",
-        r"gateway/streaming\.py|gateway/chunks\.py|telemetry/recording\.py|gateway/forwarding\.py",
+        r"gateway/streaming\.py|gateway/chunks\.py|telemetry/recording\.py|gateway/forwarding\.py"
+        r"|gateway/upstream\.py",
     ),
     ("logging (uvicorn access log)", r"logging/|uvicorn/logging"),
     ("ninja routing", r"ninja/"),
+    ("uvicorn + httptools protocol (and the socket writes it makes)", r"uvicorn/"),
+    ("chat-completions ASGI endpoint", r"gateway/chat_endpoint\.py|gateway/api_request\.py"),
     ("Django ASGI handler, request/response objects", r"django/"),
-    ("uvicorn + httptools protocol", r"uvicorn/"),
     ("redis-py (other)", r"redis/"),
     ("psycopg (other)", r"psycopg/"),
     ("asyncio / uvloop loop", r"asyncio/|uvloop"),
@@ -71,15 +79,15 @@ LOOP_LEAF = re.compile(r"^Runner\.run \(asyncio/runners\.py")
 CALL_SITES = [
     ("authenticate (ORM key lookup)", r"^authenticate \(gateway/auth\.py"),
     ("model_resolve (ORM catalog lookup)", r"^model_resolve \(gateway/selectors\.py"),
-    ("live.register / unregister (Redis)", r"^LiveGenerations\.(register|unregister)"),
+    ("live.register / unregister", r"^LiveGenerations\.(register|unregister)"),
     ("open_stream (httpx send)", r"^open_stream \(gateway/upstream\.py"),
     ("relay_chunks (per chunk)", r"^relay_chunks \(gateway/forwarding\.py"),
-    ("_delta_tokens (tokenizer per delta)", r"^_delta_tokens \(gateway/forwarding\.py"),
+    ("sse_data (SSE parsing)", r"^sse_data \(gateway/upstream\.py"),
     ("optimize", r"^optimize \(gateway/optimizer"),
     ("plan (read/validate/resolve/optimize/count)", r"^plan \(gateway/pipeline\.py"),
     ("request_started/finished signals", r"^Signal\.asend|^Signal\.send \("),
     ("SyncToAsync.__call__ (hop set-up on the loop)", r"^SyncToAsync\.__call__"),
-    ("EventPublisher._drain_forever", r"^EventPublisher\._drain_forever"),
+    ("telemetry publish + pipelined writes", r"^(Redis)?EventPublisher\.|^PipelinedConnection\."),
     ("RunWriter (all)", r"^RunWriter\."),
     ("Logger (access log)", r"^Logger\._log"),
 ]
