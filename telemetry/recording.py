@@ -70,8 +70,11 @@ class RunRecorder:
                 **fields,
             )
 
+    def _elapsed_us(self) -> int:
+        return int((time.perf_counter() - self._started) * 1_000_000)
+
     def _now(self) -> tuple[int, datetime]:
-        elapsed_us = int((time.perf_counter() - self._started) * 1_000_000)
+        elapsed_us = self._elapsed_us()
         return elapsed_us, self.accepted_at + timedelta(microseconds=elapsed_us)
 
     def _publish_accepted(self) -> None:
@@ -110,7 +113,7 @@ class RunRecorder:
         )
 
     def chunk(self, data: bytes) -> None:
-        offset_us, _ = self._now()
+        offset_us = self._elapsed_us()
         if self.keep_content:
             row = ChunkSent(self.run_id, self._seq, offset_us, data)
             if self._opened:
