@@ -25,7 +25,7 @@ from django.http import HttpResponse
 from gateway import pipeline
 from gateway.api_request import ApiRequest, RequestHeaders
 from gateway.errors import MortarError
-from gateway.middleware import request_id_for
+from gateway.middleware import request_id_from
 from gateway.responses import error_response
 from gateway.streaming import EventStream
 
@@ -104,7 +104,7 @@ async def respond(request: ApiRequest) -> HttpResponse | EventStream:
 
 async def chat_completions(scope: Scope, receive: Any, send: Any) -> None:
     headers = RequestHeaders(scope["headers"])
-    request_id = request_id_for(ApiRequest(body=b"", body_size=0, headers=headers, request_id=""))
+    request_id = request_id_from(headers)
     if scope["method"] != "POST":
         response = error_response(
             MethodNotAllowed(f"{scope['method']} {CHAT_COMPLETIONS_PATH}: Method Not Allowed.")

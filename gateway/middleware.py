@@ -7,8 +7,9 @@ from collections.abc import Awaitable, Callable
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBase
+from django.http.request import HttpHeaders
 
-from gateway.api_request import AnyRequest
+from gateway.api_request import AnyRequest, RequestHeaders
 from gateway.ids import new_hex_id
 
 _CLIENT_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
@@ -16,7 +17,11 @@ _CLIENT_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
 
 def request_id_for(request: AnyRequest) -> str:
     """The client's `X-Request-Id` when it is a sane header value, else a new one."""
-    given = request.headers.get("X-Request-Id", "").strip()
+    return request_id_from(request.headers)
+
+
+def request_id_from(headers: RequestHeaders | HttpHeaders) -> str:
+    given = (headers.get("X-Request-Id") or "").strip()
     if _CLIENT_REQUEST_ID.fullmatch(given):
         return given
     return f"req_{new_hex_id()}"
