@@ -1,5 +1,6 @@
 """Measure the CPU this process spends on Redis per request: the seven telemetry events
-(`telemetry/events.py`) and the live-generation registry (`gateway/live.py`).
+(`telemetry/events.py`) and the live-generation registry (`gateway/live.py`; in each worker's
+memory since 8e9edcf, so its share is now ~0 — kept to show that it stays so).
 
 Each simulated request publishes what the pipeline publishes, in its order, registers the
 generation, and unregisters it; CONCURRENCY requests interleave on one event loop (uvloop, as
