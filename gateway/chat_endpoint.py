@@ -24,7 +24,7 @@ from django.http import HttpResponse
 
 from gateway import pipeline
 from gateway.api_request import ApiRequest, RequestHeaders
-from gateway.errors import MortarError
+from gateway.errors import MethodNotAllowed, MortarError
 from gateway.middleware import request_id_from
 from gateway.responses import error_response
 from gateway.streaming import EventStream
@@ -34,18 +34,6 @@ logger = logging.getLogger(__name__)
 CHAT_COMPLETIONS_PATH = "/v1/chat/completions"
 
 Scope = dict[str, Any]
-
-
-class MethodNotAllowed(MortarError):
-    status = 405
-    type = "invalid_request_error"
-    code = "method_not_allowed"
-
-
-class ServerError(MortarError):
-    status = 500
-    type = "server_error"
-    code = "server_error"
 
 
 async def read_body(receive: Any) -> tuple[bytes, int] | None:
@@ -99,7 +87,7 @@ async def respond(request: ApiRequest) -> HttpResponse | EventStream:
         return error_response(error)
     except Exception:
         logger.exception("chat completion %s failed", request.request_id)
-        return error_response(ServerError("The server failed to answer this request."))
+        return error_response(MortarError("The server failed to answer this request."))
 
 
 async def chat_completions(scope: Scope, receive: Any, send: Any) -> None:

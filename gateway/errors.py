@@ -86,6 +86,12 @@ class RequestTooLarge(MortarError):
     code = "request_too_large"
 
 
+class MethodNotAllowed(MortarError):
+    status = 405
+    type = "invalid_request_error"
+    code = "method_not_allowed"
+
+
 class AuthenticationError(MortarError):
     status = 401
     type = "authentication_error"

@@ -53,13 +53,8 @@ class PipelinedConnection(asyncio.Protocol):
         self._queued_bytes = 0
         self._written: collections.deque[OnReply] = collections.deque()  # awaiting a reply
         self._flush_scheduled = False
-        self._before_write: list[Callable[[], None]] = []
         self._connecting: asyncio.Task[None] | None = None
         self._dropped = 0
-
-    def before_write(self, hook: Callable[[], None]) -> None:
-        """Call `hook()` before each write, to queue what it holds back (so it goes along)."""
-        self._before_write.append(hook)
 
     # --- sending
 
@@ -119,9 +114,6 @@ class PipelinedConnection(asyncio.Protocol):
             on_reply(ConnectionError("Redis is unreachable"))
 
     def _flush(self) -> None:
-        self._flush_scheduled = True  # what the hooks queue goes in this write
-        for hook in self._before_write:
-            hook()
         self._flush_scheduled = False
         if not self._queued:
             return

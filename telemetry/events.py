@@ -222,8 +222,7 @@ class EventPublisher:
 class RedisEventPublisher(EventPublisher):
     """Write events as XADDs on the pipelined connection, no task, no waiting for replies.
 
-    Events wait up to BATCH_SECONDS, or until the connection writes anything sooner, and go
-    in that write: a few writes per request instead of one
+    Events wait up to BATCH_SECONDS and go out together: one write per batch instead of one
     per event at low load, where each costs a system call here and a read of the replies.
 
     The dashboard gets a batch only while its channel-layer group has members (most of the
@@ -245,7 +244,6 @@ class RedisEventPublisher(EventPublisher):
         self._dashboard: collections.deque[list[tuple[int, dict[str, Any]]]] = collections.deque()
         self._for_dashboard: list[tuple[int, dict[str, Any]]] = []  # once the timer fires
         self._dashboard_task: asyncio.Task[None] | None = None
-        pipelined_connection().before_write(self._write)
 
     def publish(self, organization_id: int, event_type: str, run_id: str, **fields: Any) -> None:
         data = {
