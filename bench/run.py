@@ -675,20 +675,7 @@ def children_cpu() -> float:
 
 
 def run_wrk(target: Target, scenario: Scenario, bench: Bench, duration: float) -> dict[str, Any]:
-    command = [
-        "taskset",
-        "-c",
-        LOAD_CORE,
-        "wrk",
-        "-t1",
-        f"-c{scenario.connections}",
-        f"-d{duration:g}s",
-        "--timeout",
-        "10s",
-        "-s",
-        str(BENCH / "post.lua"),
-        target.url,
-    ]
+    command = _load_command(target, scenario, bench, duration)
     env = {
         **os.environ,
         "BENCH_BODY_FILE": str(body_file(bench, target, scenario)),
