@@ -121,7 +121,7 @@ def seed(*, reseed: bool) -> int:
     from django.contrib.auth.models import User
     from django.db import connection
 
-    from gateway.models import ApiKey, Organization
+    from accounts.models import ApiKey, Organization
     from telemetry.models import Run
 
     if reseed:
@@ -193,8 +193,8 @@ def main() -> None:
     from django.contrib.auth.models import User
     from django.test import Client
 
+    from accounts.models import ApiKey, Organization
     from dashboard.selectors.runs import Cursor, RunFilters, runs_page
-    from gateway.models import ApiKey, Organization
     from telemetry.models import Run
 
     organization = Organization.objects.get(name="bench-org-07")

@@ -1,6 +1,7 @@
 """Measure the CPU this process spends on Redis per request: the seven telemetry events
-(`telemetry/events.py`) and the live-generation registry (`gateway/live.py`; in each worker's
-memory since 8e9edcf, so its share is now ~0 — kept to show that it stays so).
+(`telemetry/events.py`, XADDs on the Redis backplane's pipelined connection) and the
+live-generation registry (`gateway/coordination/stop.py`; in each worker's memory since
+8e9edcf, so its share is now ~0 — kept to show that it stays so).
 
 Each simulated request publishes what the pipeline publishes, in its order, registers the
 generation, and unregisters it; CONCURRENCY requests interleave on one event loop (uvloop, as
@@ -40,7 +41,7 @@ django.setup()
 import uvloop  # noqa: E402
 from channels.layers import get_channel_layer  # noqa: E402
 
-from gateway.live import live_generations  # noqa: E402
+from gateway.coordination.stop import live_generations  # noqa: E402
 from telemetry.events import DASHBOARD_GROUP, event_publisher  # noqa: E402
 
 REPORT = {
@@ -93,7 +94,7 @@ async def one_request(n: int, org: int, registers: list[float], real: bool) -> N
         usageSource="model",
     )
     if real:
-        await live.unregister(run_id)
+        live.unregister(run_id)
     await asyncio.sleep(0)
 
 

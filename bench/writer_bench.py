@@ -174,7 +174,7 @@ def main() -> None:
     from django.core.management import call_command
     from django.db import connection
 
-    from gateway.models import ApiKey, Organization
+    from accounts.models import ApiKey, Organization
     from telemetry.models import Run, RunChunk
     from telemetry.spool import Spool
     from telemetry.writer import (

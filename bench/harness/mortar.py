@@ -1,0 +1,176 @@
+"""A Mortar under test: its own database, Redis prefix, key and config, served as `make serve`
+serves it — from the working tree, or from a baseline's checked-out tree."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from .baseline import Baseline
+from .constants import BENCH_DB, MODEL, MORTAR_ACCESS_LOG, PYTHON, ROOT, SERVER_CORE, UPSTREAM_MODEL
+from .processes import Processes, Started, base_env
+from .stores import admin_database_url, database_url, recreate_database
+
+
+@dataclass(frozen=True)
+class MortarSource:
+    """One Mortar to measure: the tree it runs from and what it gets of its own."""
+
+    name: str  # "mortar" (the working tree) or "mortar@<commit>"
+    source: Path
+    database: str
+    redis_prefix: str
+
+
+def mortar_sources(baseline: Baseline | None) -> list[MortarSource]:
+    """The working tree's Mortar, and the baseline's if there is one."""
+    sources = [MortarSource("mortar", ROOT, BENCH_DB, f"mortar-bench-{secrets.token_hex(4)}")]
+    if baseline is not None:
+        sources.append(
+            MortarSource(
+                baseline.target_name,
+                baseline.source,
+                f"{BENCH_DB}_at_{baseline.short}",
+                f"mortar-bench-{secrets.token_hex(4)}",
+            )
+        )
+    return sources
+
+
+@dataclass(frozen=True)
+class MortarSetup:
+    """A prepared Mortar: its database migrated and configured, its key, its environment."""
+
+    of: MortarSource
+    secret: str  # its API key
+    env: dict[str, str]
+
+    @property
+    def name(self) -> str:
+        return self.of.name
+
+    @property
+    def database(self) -> str:
+        return self.of.database
+
+    @property
+    def database_url(self) -> str:
+        return database_url(self.of.database)
+
+
+def mortar_prepare(
+    mortar: MortarSource, *, tmp: Path, mock_url: str, redis_url: str
+) -> MortarSetup:
+    """Create its database, migrate it, and apply a config with one deployment on the mock,
+    one organization and one key."""
+    print(
+        f"{mortar.name}: database {mortar.database} (re-created), "
+        f"Redis prefix {mortar.redis_prefix}",
+        flush=True,
+    )
+    recreate_database(admin_database_url(), mortar.database)
+    files = tmp / mortar.database
+    files.mkdir()
+    env = {
+        **base_env(),
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        "DATABASE_URL": database_url(mortar.database),
+        "REDIS_URL": redis_url,
+        "MORTAR_REDIS_PREFIX": mortar.redis_prefix,
+        "MORTAR_VAR_DIR": str(files / "var"),
+        "SECRET_KEY": "bench-only-secret-key-" + secrets.token_hex(8),
+    }
+    if mortar.source != ROOT:
+        # The venv's editable install maps Mortar's packages to the working tree, after the
+        # path: the baseline's tree goes first on the path so its packages win (one it lacks
+        # would still resolve to the working tree's, but it never imports those).
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(mortar.source), env.get("PYTHONPATH")) if p
+        )
+    _check_imports_from(mortar.source, env)
+    setup = MortarSetup(mortar, "mk-bench-" + secrets.token_hex(16), env)
+    _manage(setup, "migrate", "--noinput")
+    config = files / "mortar-bench.yaml"
+    config.write_text(
+        "deployments:\n"
+        "  - name: bench-mock\n"
+        f"    upstreams: ['{mock_url}']\n"
+        f"    upstream_model: {UPSTREAM_MODEL}\n"
+        "models:\n"
+        f"  - id: {MODEL}\n"
+        "    deployment: bench-mock\n"
+        "    context_window: 32768\n"
+        "organizations:\n"
+        "  - name: bench\n"
+    )
+    _manage(setup, "applyconfig", str(config))
+    _manage(setup, "createkey", "bench", "--name", "bench", "--secret", setup.secret)
+    return setup
+
+
+def mortar_start(processes: Processes, setup: MortarSetup, port: int) -> Started:
+    """As `make serve` runs it: uvicorn, uvloop, httptools, one worker, no access log."""
+    return processes.start(
+        setup.name,
+        [
+            "taskset",
+            "-c",
+            SERVER_CORE,
+            PYTHON,
+            "-m",
+            "uvicorn",
+            "config.asgi:application",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--loop",
+            "uvloop",
+            "--http",
+            "httptools",
+            "--workers",
+            "1",
+            *([] if MORTAR_ACCESS_LOG else ["--no-access-log"]),
+        ],
+        env=setup.env,
+        cwd=setup.of.source,
+    )
+
+
+def _manage(setup: MortarSetup, *args: str, timeout: float = 300) -> str:
+    result = subprocess.run(
+        [PYTHON, "manage.py", *args],
+        cwd=setup.of.source,
+        env=setup.env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(
+            f"{setup.name}: manage.py {' '.join(args)} failed:\n{result.stdout}{result.stderr}"
+        )
+    return result.stdout
+
+
+def _check_imports_from(source: Path, env: dict[str, str]) -> None:
+    """Fail unless Mortar's packages import from `source` (not another tree) in this env."""
+    packages = ("config", "gateway", "telemetry")
+    probe = (
+        f"import importlib\nfor name in {packages!r}: print(importlib.import_module(name).__file__)"
+    )
+    result = subprocess.run(
+        [PYTHON, "-c", probe], cwd=source, env=env, capture_output=True, text=True, timeout=60
+    )
+    files = result.stdout.split()
+    if (
+        result.returncode != 0
+        or not files
+        or not all(Path(f).is_relative_to(source) for f in files)
+    ):
+        raise RuntimeError(
+            f"Mortar's packages do not import from {source}:\n{result.stdout}{result.stderr}"
+        )
