@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install assets screenshots serve serve-daphne worker beat test lint format clean bench
+.PHONY: install assets screenshots serve serve-daphne worker beat test test-embedded lint format clean bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -56,14 +56,27 @@ beat: install
 test: install lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-## bench: Mortar beside LiteLLM and the mock model server (~15 min; needs wrk, Postgres, Redis)
+## test-embedded: the suite on the embedded default `make serve` runs (a SQLite file, the memory
+## backplane, in-memory channel layer and cache, eager Celery), less the tests that need Postgres
+## or Redis (markers `postgres`, `redis` in pyproject.toml)
+test-embedded: install
+	MORTAR_TEST_BACKENDS=embedded $(BIN)/python -m pytest -m "not postgres and not redis" $(PYTEST_ARGS)
+
+## bench: Mortar beside LiteLLM and the mock model server (~15 min; needs wrk, Postgres, Redis).
+## Before/after in one run: BENCH_ARGS='--baseline REF' also serves Mortar at git revision REF
+## (a temporary worktree, same venv) interleaved with the working tree; add --no-litellm to skip
+## LiteLLM, --quick for one short round. The harness is bench/harness/ (bench/run.py runs it).
 bench: install
 	command -v wrk >/dev/null || (apt-get update && apt-get install -y wrk)
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
+## lint: ruff, the types (mypy with django-stubs, [tool.mypy]) and the layers between apps
+## (import-linter, [tool.importlinter] in pyproject.toml)
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 format: install
 	$(BIN)/ruff check --fix .

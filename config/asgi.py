@@ -1,9 +1,15 @@
-"""The ASGI application: the API on a lean handler, the dashboard and admin on Django's, channels
-for websockets, and a lifespan that warms up at start and flushes the run writer on shutdown."""
+"""The ASGI application: Django's handler for HTTP, channels for websockets, and a lifespan that
+warms up at start and flushes the run writer on shutdown.
+
+One route skips Django's handler for speed: `POST /v1/chat/completions` goes through the lean
+dispatch (`core.http.asgi`), which calls the same ninja operation Django's handler would
+(`MORTAR_LEAN_DISPATCH=false` sends it through Django's handler too).
+"""
 
 import asyncio
 import gc
 import os
+from typing import cast
 
 from django.conf import settings
 from django.core.asgi import get_asgi_application
@@ -15,33 +21,37 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from dashboard.routing import websocket_urlpatterns  # noqa: E402
-from gateway.asgi_handler import ApiHandler, is_api_path  # noqa: E402
-from gateway.broadcast import broadcast  # noqa: E402
-from gateway.chat_endpoint import CHAT_COMPLETIONS_PATH, chat_completions  # noqa: E402
-from gateway.live import live_generations  # noqa: E402
-from gateway.lookups import lookup_cache  # noqa: E402
+from core.backplane import backplane  # noqa: E402
+from core.http.asgi import ASGIApp, LeanDispatch, Receive, Scope, Send  # noqa: E402
+from core.lookups import lookup_cache  # noqa: E402
+from dashboard.websockets import websocket_urlpatterns  # noqa: E402
+from gateway.api import CHAT_COMPLETIONS_PATH  # noqa: E402
+from gateway.coordination.stop import live_generations  # noqa: E402
 from gateway.tokens import default_counter  # noqa: E402
-from gateway.upstream import close_clients  # noqa: E402
+from gateway.upstream.client import close_clients  # noqa: E402
 from telemetry.writer import close_run_writer, start_run_writer  # noqa: E402
 
-api_app = ApiHandler()
+chat_completions = LeanDispatch(CHAT_COMPLETIONS_PATH)
 
 
-async def http_app(scope, receive, send):  # type: ignore[no-untyped-def]
-    if scope["path"] == CHAT_COMPLETIONS_PATH:
+async def http_app(scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["path"] == chat_completions.path and settings.MORTAR_LEAN_DISPATCH:
         return await chat_completions(scope, receive, send)
-    app = api_app if is_api_path(scope["path"]) else django_asgi_app
-    return await app(scope, receive, send)
+    return await django_asgi_app(scope, receive, send)
 
 
-router = ProtocolTypeRouter(
-    {
-        "http": http_app,
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-        ),
-    }
+# channels' stubs type ASGI callables with asgiref's TypedDicts, Django's with mappings: the
+# same callables, so the router is seen as the app it is.
+router = cast(
+    ASGIApp,
+    ProtocolTypeRouter(
+        {
+            "http": http_app,
+            "websocket": AllowedHostsOriginValidator(
+                AuthMiddlewareStack(URLRouter(list(websocket_urlpatterns)))
+            ),
+        }
+    ),
 )
 
 
@@ -55,7 +65,7 @@ def tune_garbage_collector() -> None:
         gc.set_threshold(settings.MORTAR_GC_YOUNG_THRESHOLD, middle, old)
 
 
-async def application(scope, receive, send):  # type: ignore[no-untyped-def]
+async def application(scope: Scope, receive: Receive, send: Send) -> None:
     if scope["type"] != "lifespan":
         return await router(scope, receive, send)
     while True:
@@ -71,6 +81,6 @@ async def application(scope, receive, send):  # type: ignore[no-untyped-def]
         elif message["type"] == "lifespan.shutdown":
             await close_run_writer()  # flush what is queued before the process ends
             await close_clients()
-            await broadcast().close()  # a stop request no longer waits for this worker
+            await backplane().close()  # a stop request no longer waits for this worker
             await send({"type": "lifespan.shutdown.complete"})
             return

@@ -11,7 +11,11 @@ import os
 from pathlib import Path
 
 import dj_database_url
+import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
+
+# Django's generic classes subscriptable at run time, as the type checker sees them.
+django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("MORTAR_VAR_DIR", BASE_DIR / "var"))
@@ -75,6 +79,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "channels",
+    "ninja",  # its Swagger UI assets, served from here: /v1/docs works offline
+    "accounts",
     "gateway",
     "telemetry",
     "replay",
@@ -82,8 +88,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "gateway.middleware.RequestIdMiddleware",
-    "gateway.middleware.JsonErrorMiddleware",
+    "core.http.middleware.RequestIdMiddleware",
+    "core.http.middleware.JsonErrorMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -114,7 +120,10 @@ TEMPLATES = [
 
 DATABASE_URL = os.environ.get("DATABASE_URL", "").strip()
 if DATABASE_URL:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=600)}
+    # A connection per request, closed when it ends (CONN_MAX_AGE 0): under ASGI each request
+    # runs on a thread of its own, and a connection kept open would stay behind with it. The
+    # long-lived threads (the run writer, the hot path's reads) keep theirs: core/db.py.
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
     if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         # A database that silently stops answering must fail fast, so the run writer spills
         # to its spool instead of hanging (libpq parameters).
@@ -129,12 +138,21 @@ if DATABASE_URL:
         )
 else:
     DATABASES = {
-        "default": {
-            "ENGINE": "django.db.backends.sqlite3",
-            "NAME": VAR_DIR / "mortar.sqlite3",
-            "OPTIONS": {"timeout": 20, "init_command": "PRAGMA journal_mode=WAL;"},
-        }
+        "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(VAR_DIR / "mortar.sqlite3")}
     }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # One SQLite file, written by the server's run writer thread, its request threads and any
+    # other process (`manage.py`, a second server): readers never wait for the writer (WAL),
+    # a writer waits its turn for up to `timeout` seconds rather than failing at once, and a
+    # transaction takes the write lock when it begins (IMMEDIATE): one that read first and
+    # wrote later could not wait for it, it would fail with "database is locked".
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {
+            "timeout": 20,
+            "init_command": "PRAGMA journal_mode=WAL;",
+            "transaction_mode": "IMMEDIATE",
+        }
+    )
 # Test runs pick their own database name so two suites on one server never collide.
 if os.environ.get("MORTAR_TEST_DB_NAME"):
     DATABASES["default"]["TEST"] = {"NAME": os.environ["MORTAR_TEST_DB_NAME"]}
@@ -192,6 +210,10 @@ CELERY_BEAT_SCHEDULE = {
 # envelope (PRODUCT.md, decision 7); Django's limit would answer an HTML 400 first.
 MORTAR_MAX_BODY_BYTES = 4 * 1024 * 1024
 DATA_UPLOAD_MAX_MEMORY_SIZE = None
+
+# `POST /v1/chat/completions` through the lean ASGI dispatch (the same ninja operation, without
+# Django's handler around it: README, "Performance"); false sends it through Django's handler.
+MORTAR_LEAN_DISPATCH = env_bool("MORTAR_LEAN_DISPATCH", True)
 
 MORTAR_DEFAULT_MODEL = env_str("MORTAR_DEFAULT_MODEL", "Qwen/Qwen2.5-7B-Instruct")
 # Seconds of model-server silence before Mortar sends a `: ping` comment (spec: 10).

@@ -1,19 +1,41 @@
-"""Settings for the test suite: the real Postgres and Redis, isolated per test run.
+"""Settings for the test suite, on the backends `MORTAR_TEST_BACKENDS` names, isolated per run.
 
-Each run gets its own test database name and Redis key / channel-layer prefix, so two suites
-(or a suite and a running server) on the same servers never see each other's data. The
-defaults are the local servers at 127.0.0.1:5432 and :6379; DATABASE_URL / REDIS_URL override.
+- `services` (the default, `make test`): the real Postgres and Redis. Each run gets its own
+  test database name and Redis key / channel-layer prefix, so two suites (or a suite and a
+  running server) on the same servers never see each other's data. The defaults are the local
+  servers at 127.0.0.1:5432 and :6379; DATABASE_URL / REDIS_URL override.
+- `embedded` (`make test-embedded`): what `make serve` runs on a bare machine — SQLite, the
+  memory backplane, the in-memory channel layer and cache, Celery eager — whatever the
+  environment says. The test database is a file under the run's MORTAR_VAR_DIR, so the server
+  processes the tests start share it with the test process.
 """
 
 import os
 import tempfile
 import uuid
 
+from django.core.exceptions import ImproperlyConfigured
+
+BACKENDS = os.environ.setdefault("MORTAR_TEST_BACKENDS", "services")
 RUN_TAG = os.environ.setdefault("MORTAR_TEST_RUN", uuid.uuid4().hex[:10])
-os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
-os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
-os.environ.setdefault("MORTAR_REDIS_PREFIX", f"mortar-test-{RUN_TAG}")
-os.environ.setdefault("MORTAR_TEST_DB_NAME", f"test_mortar_{RUN_TAG}")
 os.environ.setdefault("MORTAR_VAR_DIR", tempfile.mkdtemp(prefix=f"mortar-test-{RUN_TAG}-"))
+os.environ.setdefault("MORTAR_REDIS_PREFIX", f"mortar-test-{RUN_TAG}")
+if BACKENDS == "services":
+    os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+    os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
+    os.environ.setdefault("MORTAR_TEST_DB_NAME", f"test_mortar_{RUN_TAG}")
+elif BACKENDS == "embedded":
+    # Set, not defaulted: a CI environment that exports DATABASE_URL or REDIS_URL must not
+    # turn this run into a second run on the services.
+    os.environ["DATABASE_URL"] = ""
+    os.environ["REDIS_URL"] = ""
+    os.environ["CELERY_TASK_ALWAYS_EAGER"] = ""
+    os.environ["MORTAR_TEST_DB_NAME"] = os.path.join(
+        os.environ["MORTAR_VAR_DIR"], f"test_mortar_{RUN_TAG}.sqlite3"
+    )
+else:
+    raise ImproperlyConfigured(
+        f"MORTAR_TEST_BACKENDS must be `services` or `embedded`, not {BACKENDS!r}"
+    )
 
 from config.settings import *  # noqa: E402,F403

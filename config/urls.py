@@ -2,16 +2,22 @@ from django.contrib import admin
 from django.contrib.staticfiles.views import serve as serve_static
 from django.http import HttpRequest, HttpResponse
 from django.urls import include, path, re_path
+from django.views.generic import RedirectView
 
-from gateway.api import api
-from gateway.errors import MortarError, RouteNotFound
+from config.api import api
+from core.errors import MortarError, RouteNotFound
+from core.http.responses import error_response
 from gateway.health import healthz, readyz
-from gateway.responses import error_response
 
 urlpatterns = [
     path("healthz", healthz),
     path("readyz", readyz),
     path("v1/", api.urls),
+    # Organizations and keys moved from the gateway app to accounts: old admin links still work.
+    re_path(
+        r"^admin/gateway/(?P<rest>(?:organization|apikey)/.*)$",
+        RedirectView.as_view(url="/admin/accounts/%(rest)s", query_string=True),
+    ),
     path("admin/", admin.site.urls),
     path("dashboard/", include("dashboard.urls")),
     # The admin's CSS and JS, straight from the installed apps (no collectstatic step); a

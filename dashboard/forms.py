@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, timedelta
 
 from django import forms
+from django.http import QueryDict
 from django.utils import timezone
 
 from dashboard.selectors.audit import AUDIT_DIMENSIONS, AUDIT_SORTS, AuditQuery
@@ -38,21 +39,28 @@ def _as_utc(moment: datetime | None) -> datetime | None:
     return moment.astimezone(UTC)
 
 
-def _with_default_range(data: object) -> object:
+def _with_default_range(data: QueryDict) -> QueryDict:
     """The range select shows the range in force: the default one when none was asked for."""
-    if hasattr(data, "copy") and not data.get("range"):  # type: ignore[attr-defined]
-        data = data.copy()  # type: ignore[attr-defined]
-        data["range"] = DEFAULT_RANGE  # type: ignore[index]
+    if not data.get("range"):
+        data = data.copy()
+        data["range"] = DEFAULT_RANGE
     return data
 
 
-class OrganizationChoiceMixin:
+def set_choices(form: forms.Form, name: str, choices: list[tuple[str, str]]) -> None:
+    field = form.fields[name]
+    assert isinstance(field, forms.ChoiceField)
+    field.choices = choices
+
+
+class OrganizationChoiceMixin(forms.Form):
     def set_organization_choices(self, organizations: list[tuple[int, str]]) -> None:
-        field = self.fields["organization"]  # type: ignore[attr-defined]
-        field.choices = _blank([(str(pk), name) for pk, name in organizations], "all")
+        set_choices(
+            self, "organization", _blank([(str(pk), name) for pk, name in organizations], "all")
+        )
 
 
-class OverviewForm(OrganizationChoiceMixin, forms.Form):
+class OverviewForm(OrganizationChoiceMixin):
     range = forms.ChoiceField(choices=RANGE_CHOICES, required=False)
     organization = forms.TypedChoiceField(coerce=int, required=False, empty_value=None)
     model = forms.ChoiceField(required=False)
@@ -60,7 +68,7 @@ class OverviewForm(OrganizationChoiceMixin, forms.Form):
 
     def __init__(
         self,
-        data: object,
+        data: QueryDict,
         *,
         organizations: list[tuple[int, str]],
         models: list[str],
@@ -68,8 +76,8 @@ class OverviewForm(OrganizationChoiceMixin, forms.Form):
     ) -> None:
         super().__init__(_with_default_range(data))
         self.set_organization_choices(organizations)
-        self.fields["model"].choices = _blank([(m, m) for m in models], "all")
-        self.fields["deployment"].choices = _blank([(d, d) for d in deployments], "all")
+        set_choices(self, "model", _blank([(m, m) for m in models], "all"))
+        set_choices(self, "deployment", _blank([(d, d) for d in deployments], "all"))
 
     def filters(self, *, now: datetime) -> OverviewFilters:
         data = self.cleaned_data if self.is_valid() else {}
@@ -83,7 +91,7 @@ class OverviewForm(OrganizationChoiceMixin, forms.Form):
         )
 
 
-class RunFilterForm(OrganizationChoiceMixin, forms.Form):
+class RunFilterForm(OrganizationChoiceMixin):
     organization = forms.TypedChoiceField(coerce=int, required=False, empty_value=None)
     key = forms.TypedChoiceField(coerce=int, required=False, empty_value=None)
     model = forms.CharField(required=False, max_length=200)
@@ -103,14 +111,14 @@ class RunFilterForm(OrganizationChoiceMixin, forms.Form):
 
     def __init__(
         self,
-        data: object,
+        data: QueryDict,
         *,
         organizations: list[tuple[int, str]],
         keys: list[tuple[int, str]],
     ) -> None:
         super().__init__(data)
         self.set_organization_choices(organizations)
-        self.fields["key"].choices = _blank([(str(pk), label) for pk, label in keys], "all")
+        set_choices(self, "key", _blank([(str(pk), label) for pk, label in keys], "all"))
 
     def filters(self) -> RunFilters:
         data = self.cleaned_data if self.is_valid() else {}
@@ -133,12 +141,12 @@ class RunFilterForm(OrganizationChoiceMixin, forms.Form):
         return Cursor.parse(data.get("before") or ""), Cursor.parse(data.get("after") or "")
 
 
-class SessionForm(OrganizationChoiceMixin, forms.Form):
+class SessionForm(OrganizationChoiceMixin):
     range = forms.ChoiceField(choices=RANGE_CHOICES, required=False)
     organization = forms.TypedChoiceField(coerce=int, required=False, empty_value=None)
     sort = forms.ChoiceField(choices=[(s, s) for s in SESSION_SORTS], required=False)
 
-    def __init__(self, data: object, *, organizations: list[tuple[int, str]]) -> None:
+    def __init__(self, data: QueryDict, *, organizations: list[tuple[int, str]]) -> None:
         super().__init__(_with_default_range(data))
         self.set_organization_choices(organizations)
 
@@ -152,7 +160,7 @@ class SessionForm(OrganizationChoiceMixin, forms.Form):
         )
 
 
-class AuditForm(OrganizationChoiceMixin, forms.Form):
+class AuditForm(OrganizationChoiceMixin):
     since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
     until = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
     organization = forms.TypedChoiceField(coerce=int, required=False, empty_value=None)
@@ -163,7 +171,7 @@ class AuditForm(OrganizationChoiceMixin, forms.Form):
     )
     sort = forms.ChoiceField(choices=[(s, s) for s in AUDIT_SORTS], required=False)
 
-    def __init__(self, data: object, *, organizations: list[tuple[int, str]]) -> None:
+    def __init__(self, data: QueryDict, *, organizations: list[tuple[int, str]]) -> None:
         super().__init__(data)
         self.set_organization_choices(organizations)
 

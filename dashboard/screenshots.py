@@ -37,7 +37,8 @@ QUESTIONS = [
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def environment(state: Path) -> dict[str, str]:
@@ -178,7 +179,7 @@ def photograph(base: str, secret: str, out: Path, run_id: str) -> list[Path]:
         shot("07-sessions")
         page.goto(f"{base}/dashboard/audit/")
         shot("08-audit")
-        page.goto(f"{base}/admin/gateway/apikey/add/")
+        page.goto(f"{base}/admin/accounts/apikey/add/")
         page.select_option("select[name=organization]", label="acme")
         page.fill("input[name=name]", "reporting")
         page.click("input[name=_save]")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.live import live_generations
+from gateway.coordination.stop import live_generations
 from telemetry.models import Run
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import csv
 import mimetypes
-from collections.abc import Iterable
-from datetime import timedelta
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
 
 import orjson
 from django.contrib.admin.views.decorators import staff_member_required
@@ -17,6 +18,7 @@ from django.http import (
     Http404,
     HttpRequest,
     HttpResponse,
+    HttpResponseBase,
     JsonResponse,
     StreamingHttpResponse,
 )
@@ -51,7 +53,14 @@ from replay.selectors import chunks_after
 from replay.streaming import replay_events
 from telemetry.models import Run
 
-staff_required = staff_member_required(login_url="dashboard:login")
+View = TypeVar("View", bound=Callable[..., Any])
+
+
+def staff_required(view: View) -> View:
+    """Staff only: anyone else is sent to the dashboard's sign-in."""
+    return staff_member_required(view, login_url="dashboard:login")
+
+
 AUDIT_MEASURE_LABELS = [
     ("requests", "Requests"),
     ("prompt_tokens", "Prompt tokens"),
@@ -171,7 +180,7 @@ def run(request: HttpRequest, run_id: str) -> HttpResponse:
     )
 
 
-def _between(start, end) -> timedelta | None:  # type: ignore[no-untyped-def]
+def _between(start: datetime | None, end: datetime | None) -> timedelta | None:
     return end - start if start and end else None
 
 
@@ -193,7 +202,7 @@ def run_download(request: HttpRequest, run_id: str) -> HttpResponse:
 
 @staff_required
 @require_GET
-async def run_replay(request: HttpRequest, run_id: str) -> HttpResponse:
+async def run_replay(request: HttpRequest, run_id: str) -> HttpResponseBase:
     """The stored stream, byte for byte (as `/v1/.../runs/{id}` sends it), for the page's
     Replay button: as fast as possible, or with `pace=original` at the recorded pace."""
     found = await Run.objects.filter(pk=run_id).afirst()

@@ -1,39 +1,78 @@
-"""The OpenAI-compatible HTTP surface under /v1/ (thin: each endpoint calls one function).
+"""The gateway's operations under /v1/: chat completions, the model list, and Stop.
 
-`POST /v1/chat/completions` is not routed here: it is served straight from ASGI
-(`gateway/chat_endpoint.py`), ahead of Django and ninja.
+Thin: each authenticates with the operation's auth, calls one function, and returns its
+response. `POST /v1/chat/completions` is also reachable through the lean ASGI dispatch
+(`core.http.asgi`), which calls this same operation. What each accepts and answers is declared
+in `gateway.contract` (`docs` for what ninja cannot infer) and served in /v1/openapi.json.
 """
 
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse
-from ninja import NinjaAPI, Router
-from ninja.errors import HttpError
-from ninja.errors import ValidationError as NinjaValidationError
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from ninja import P, PathEx, Router
 
-from gateway.auth import authenticate
-from gateway.errors import InvalidRequest, MortarError
-from gateway.live import live_generations
-from gateway.responses import error_response, json_response
-from gateway.selectors import model_list
-from replay.api import router as replay_router
-from telemetry.api import router as telemetry_router
+from accounts.auth import api_key_auth, key_of
+from core.http.responses import json_response
+from gateway.catalog.selectors import model_list
+from gateway.contract.docs import (
+    CHAT_COMPLETION_DOCS,
+    CHAT_COMPLETION_RESPONSES,
+    MODELS_RESPONSES,
+    STOP_DOCS,
+    STOP_RESPONSES,
+)
+from gateway.coordination.stop import live_generations
+from gateway.pipeline import chat_completion
 
-router = Router()
+router = Router(auth=api_key_auth())
+
+CHAT_COMPLETIONS_PATH = "/v1/chat/completions"
 
 
-@router.post("/generations/{run_id}/stop")
-async def stop_generation(request: HttpRequest, run_id: str) -> HttpResponse:
-    """Spec, "Stop a generation": 200 when stopped, else 404 with the same body — finished,
-    unknown and another organization's generations are indistinguishable."""
-    key = await authenticate(request)
-    stopped = await live_generations().stop(run_id, key.organization_id)
+# The view reads the body itself (no ninja body parameter): the pipeline records a refused body
+# as a run, after auth and the 413 limit, before validation.
+@router.post(
+    "/chat/completions",
+    operation_id="create_chat_completion",
+    tags=["Chat completions"],
+    summary="Create a chat completion",
+    response=CHAT_COMPLETION_RESPONSES,
+    openapi_extra=CHAT_COMPLETION_DOCS,
+)
+async def create_chat_completion(request: HttpRequest) -> HttpResponseBase:
+    """Create a chat completion: one JSON object, or a stream of server-sent events."""
+    return await chat_completion(request, key_of(request))
+
+
+@router.post(
+    "/generations/{run_id}/stop",
+    operation_id="stop_generation",
+    tags=["Chat completions"],
+    summary="Stop a generation",
+    response=STOP_RESPONSES,
+    openapi_extra=STOP_DOCS,
+)
+async def stop_generation(
+    request: HttpRequest,
+    run_id: PathEx[str, P(description="The completion's ID (`X-Mortar-Request-Id`).")],
+) -> HttpResponse:
+    """Stop a generation still running: 200 when stopped, else 404 with the same body.
+
+    Finished, unknown and another organization's generations are indistinguishable (spec,
+    "Stop a generation")."""
+    stopped = await live_generations().stop(run_id, key_of(request).organization_id)
     return json_response({"stopped": stopped, "id": run_id}, status=200 if stopped else 404)
 
 
-@router.get("/models")
+@router.get(
+    "/models",
+    operation_id="list_models",
+    tags=["Models"],
+    summary="List models",
+    response=MODELS_RESPONSES,
+)
 async def models(request: HttpRequest) -> HttpResponse:
-    await authenticate(request)
+    """List the model catalog, with each model's context window and whether it is deployed."""
     return json_response(
         {
             "object": "list",
@@ -51,34 +90,3 @@ async def models(request: HttpRequest) -> HttpResponse:
             ],
         }
     )
-
-
-api = NinjaAPI(
-    title="Mortar",
-    version="1",
-    urls_namespace="v1",
-    docs_url=None,  # the interactive docs load assets from a CDN; Mortar runs offline
-)
-api.add_router("/", router)
-api.add_router("/telemetry", telemetry_router)
-api.add_router("/", replay_router)
-
-
-@api.exception_handler(MortarError)
-def on_mortar_error(request: HttpRequest, exc: MortarError) -> HttpResponse:
-    return error_response(exc)
-
-
-@api.exception_handler(NinjaValidationError)
-def on_validation_error(request: HttpRequest, exc: NinjaValidationError) -> HttpResponse:
-    # Never a 422 (PRODUCT.md decision 3).
-    return error_response(InvalidRequest(f"The request is not valid: {exc.errors}"))
-
-
-@api.exception_handler(HttpError)
-def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
-    error = MortarError(str(exc))
-    error.status = exc.status_code
-    error.type = "invalid_request_error" if exc.status_code < 500 else "server_error"
-    error.code = "method_not_allowed" if exc.status_code == 405 else "http_error"
-    return error_response(error)

@@ -6,6 +6,7 @@ class GatewayConfig(AppConfig):
     verbose_name = "Gateway"
 
     def ready(self) -> None:
-        from gateway.lookups import connect_signals
+        from core.lookups import forget_lookups_when_saved
+        from gateway.models import CatalogModel, Deployment
 
-        connect_signals()
+        forget_lookups_when_saved(CatalogModel, Deployment)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, HttpResponse
 
-from gateway.responses import json_response
+from core.backplane import Backplane, backplane
+from core.http.responses import json_response
 
 
 def _database_ok() -> str:
@@ -19,19 +19,12 @@ def _database_ok() -> str:
         return f"error: {exc.__class__.__name__}"
 
 
-async def _redis_ok() -> str | None:
-    if not settings.REDIS_URL:
-        return None
-    import redis.asyncio as redis
-
-    client = redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=2)
+async def _backplane_ok(plane: Backplane) -> str:
     try:
-        await client.ping()
+        await plane.ping()
         return "ok"
     except Exception as exc:
         return f"error: {exc.__class__.__name__}"
-    finally:
-        await client.aclose()
 
 
 async def healthz(request: HttpRequest) -> HttpResponse:
@@ -41,10 +34,11 @@ async def healthz(request: HttpRequest) -> HttpResponse:
 async def readyz(request: HttpRequest) -> HttpResponse:
     from telemetry.writer import writer_status
 
-    checks: dict[str, object] = {"database": await sync_to_async(_database_ok)()}
-    redis_state = await _redis_ok()
-    if redis_state is not None:
-        checks["redis"] = redis_state
-    checks["run_writer"] = writer_status()
+    plane = backplane()
+    checks: dict[str, object] = {
+        "database": await sync_to_async(_database_ok)(),
+        plane.name: await _backplane_ok(plane),  # "redis", or "memory" on the embedded default
+        "run_writer": writer_status(),
+    }
     ok = all(value == "ok" for key, value in checks.items() if key != "run_writer")
     return json_response({"ok": ok, **checks}, status=200 if ok else 503)

@@ -1,52 +1,10 @@
-"""Organizations, their API keys, and the model catalog with the deployments that serve it."""
+"""The model catalog and the deployments that serve it."""
 
 from __future__ import annotations
 
 from django.db import models
 
-
-class Organization(models.Model):
-    class Retention(models.TextChoices):
-        FULL = "full", "Full (prompts, replies, replay)"
-        METADATA = "metadata", "Metadata only (no prompt or reply text; no replay)"
-
-    class OptimizeDefault(models.TextChoices):
-        ON = "on", "On (lossless passes)"
-        OFF = "off", "Off"
-
-    name = models.CharField(max_length=200, unique=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    # PRODUCT.md, "The run store": retention is per organization.
-    retention = models.CharField(max_length=16, choices=Retention.choices, default=Retention.FULL)
-    retention_days = models.PositiveIntegerField(default=30)
-    # What the prompt optimizer does for requests without `X-Mortar-Optimize` (spec).
-    optimize_default = models.CharField(
-        max_length=8, choices=OptimizeDefault.choices, default=OptimizeDefault.ON
-    )
-
-    def __str__(self) -> str:
-        return self.name
-
-
-class ApiKey(models.Model):
-    """An API key: only its SHA-256 digest is stored; the secret is shown once at creation."""
-
-    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="keys")
-    name = models.CharField(max_length=200, blank=True, default="")
-    prefix = models.CharField(max_length=16, db_index=True)
-    digest = models.CharField(max_length=64, unique=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        verbose_name = "API key"
-
-    def __str__(self) -> str:
-        return f"{self.prefix}… ({self.name or 'unnamed'})"
-
-    @property
-    def is_active(self) -> bool:
-        return self.revoked_at is None
+from telemetry.costs import Prices
 
 
 class Deployment(models.Model):
@@ -112,6 +70,14 @@ class CatalogModel(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+    @property
+    def prices(self) -> Prices:
+        return Prices(
+            input=self.price_input,
+            cached_input=self.price_cached_input,
+            output=self.price_output,
+        )
 
     @property
     def is_servable(self) -> bool:

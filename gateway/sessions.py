@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from gateway.ids import new_hex_id
+from core.ids import new_hex_id
 
 SESSION_MAX = 128
 END_USER_MAX = 256

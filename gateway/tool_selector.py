@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from gateway.errors import InvalidParameter
+from core.errors import InvalidParameter
+from gateway.contract.chat import ChatRequest
 from gateway.tokens import TokenCounter
-from gateway.validation import ChatRequest
 
 
 @dataclass(frozen=True)

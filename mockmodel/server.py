@@ -28,6 +28,7 @@ import re
 import time
 import uuid
 from collections import deque
+from collections.abc import Iterator
 from typing import Any
 
 from aiohttp import web
@@ -205,8 +206,10 @@ class Completion:
             return None
         if isinstance(choice, dict):
             name = choice["function"]["name"]
-            return next(t for t in tools if t["function"]["name"] == name)
-        return tools[0]
+            chosen: dict[str, Any] = next(t for t in tools if t["function"]["name"] == name)
+            return chosen
+        first: dict[str, Any] = tools[0]
+        return first
 
     def usage(self) -> dict[str, Any]:
         completion = len(self.pieces) + self.settings["reasoning"] + (9 if self.tool else 0)
@@ -235,7 +238,7 @@ class Completion:
             [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]
         )
 
-    def events(self):  # type: ignore[no-untyped-def]
+    def events(self) -> Iterator[bytes]:
         yield self._delta({"role": "assistant", "content": ""})
         for i in range(int(self.settings["reasoning"])):
             yield self._delta({"reasoning_content": f"think{i} "})
@@ -313,8 +316,12 @@ def build_app(defaults: dict[str, Any] | None = None) -> web.Application:
     app.router.add_delete("/_mock/requests", model.clear_requests)
     app.router.add_get("/_mock/stats", model.get_stats)
     app.router.add_post("/_mock/config", model.set_config)
-    app.router.add_get("/healthz", lambda request: web.json_response({"ok": True}))
+    app.router.add_get("/healthz", healthz)
     return app
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"ok": True})
 
 
 def main() -> None:

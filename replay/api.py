@@ -7,45 +7,100 @@ from __future__ import annotations
 
 import asyncio
 
-import orjson
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
-from ninja import Router
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
+from ninja import P, PathEx, Router
 
-from gateway.auth import authenticate
-from gateway.errors import AuthenticationError
+from accounts.auth import api_key_auth, key_of
+from core.errors import Envelope, InvalidParameter, RunGone
+from core.http.openapi import (
+    ErrorEnvelope,
+    SchemaRef,
+    error_responses,
+    event_stream_content,
+    json_content,
+)
+from core.http.responses import error_response
+from gateway.contract.docs import CHUNK_DATA
+from gateway.contract.response import ChatCompletion
 from replay.selectors import chunks_after, replayable_run
 from replay.streaming import replay_events
 from telemetry.models import Run
 
-router = Router()
+# Arkor's flat envelope on this route, auth errors included.
+router = Router(auth=api_key_auth(Envelope.FLAT))
 # A run id fresh from a response may reach the database a writer batch later.
 NOT_YET_STORED_WAIT = 0.5
 
 
-def flat_error(status: int, code: str, message: str) -> HttpResponse:
-    return HttpResponse(
-        orjson.dumps({"error": message, "code": code}),
-        status=status,
-        content_type="application/json",
-    )
-
-
 def run_gone(run_id: str) -> HttpResponse:
-    return flat_error(
-        410, "run_gone", f"Run {run_id} is gone: unknown, expired, or not replayable."
+    return error_response(
+        RunGone(f"Run {run_id} is gone: unknown, expired, or not replayable."),
+        style=Envelope.FLAT,
     )
 
 
-@router.get("/chat/completions/runs/{run_id}")
-async def replay_run(request: HttpRequest, run_id: str) -> HttpResponse:
-    try:
-        key = await authenticate(request)
-    except AuthenticationError as error:
-        return flat_error(error.status, error.code, error.message)
+# The view reads its query and headers itself; they are declared here for /v1/openapi.json.
+REPLAY_DOCS = {
+    "parameters": [
+        {
+            "in": "query",
+            "name": "from",
+            "description": "Replay from this event's sequence number on.",
+            "schema": {"type": "integer", "minimum": 0},
+        },
+        {
+            "in": "query",
+            "name": "pace",
+            "description": "`original` replays at the pace the run was sent; by default the "
+            "stored events come at once.",
+            "schema": {"type": "string", "enum": ["original"]},
+        },
+        {
+            "in": "header",
+            "name": "Last-Event-ID",
+            "description": "Resume after this event: the `id` of the last one received.",
+            "schema": {"type": "string", "pattern": "^[0-9]+$"},
+        },
+    ],
+    "responses": {
+        200: {
+            "description": "The run as its client received it: the stored JSON body of a "
+            "non-streaming run (a chat completion, or the error it failed with), or the "
+            "stream's events, each behind an `id: <sequence number>` line.",
+            "content": {
+                **json_content({"anyOf": [SchemaRef(ChatCompletion), SchemaRef(ErrorEnvelope)]}),
+                **event_stream_content(
+                    {"id": {"type": "string", "pattern": "^[0-9]+$"}, "data": CHUNK_DATA},
+                    required=["id", "data"],
+                    description="A stored event, byte for byte, behind an `id:` line holding "
+                    "its sequence number (pings included).",
+                    example='id: 0\ndata: {"id":"chatcmpl-1e3a5c7b9d0f2a4c6e8b0d1f",…}\n\n',
+                ),
+            },
+        }
+    },
+}
+
+
+@router.get(
+    "/chat/completions/runs/{run_id}",
+    operation_id="replay_run",
+    tags=["Replay"],
+    summary="Replay a stored run",
+    response=error_responses(400, 401, 410, style=Envelope.FLAT),
+    openapi_extra=REPLAY_DOCS,
+)
+async def replay_run(
+    request: HttpRequest,
+    run_id: PathEx[str, P(description="The run's ID: its completion's ID.")],
+) -> HttpResponseBase:
+    """Replay a stored run as the client received it, byte for byte."""
+    key = key_of(request)
     after = _resume_point(request)
     if after is None:
-        return flat_error(
-            400, "invalid_parameter", "`Last-Event-ID` and `from` must be whole numbers."
+        return error_response(
+            InvalidParameter("`Last-Event-ID` and `from` must be whole numbers."),
+            style=Envelope.FLAT,
         )
 
     run = await replayable_run(run_id, key.organization)

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from gateway.models import Organization
+from accounts.models import Organization
 from telemetry.models import Run, RunChunk
 
 

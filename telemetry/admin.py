@@ -1,10 +1,11 @@
 from django.contrib import admin
+from django.http import HttpRequest
 
 from telemetry.models import Run
 
 
 @admin.register(Run)
-class RunAdmin(admin.ModelAdmin):
+class RunAdmin(admin.ModelAdmin[Run]):
     list_display = [
         "id",
         "organization",
@@ -18,8 +19,8 @@ class RunAdmin(admin.ModelAdmin):
     search_fields = ["id", "session", "end_user", "request_id"]
     date_hierarchy = "accepted_at"
 
-    def has_add_permission(self, request) -> bool:  # type: ignore[no-untyped-def]
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_change_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
+    def has_change_permission(self, request: HttpRequest, obj: Run | None = None) -> bool:
         return False

@@ -2,26 +2,91 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 
 from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Router
 
-from gateway.auth import authenticate
-from gateway.errors import InvalidParameter
-from telemetry.events import Event, subscribe
+from accounts.auth import api_key_auth, key_of
+from core.errors import InvalidParameter
+from core.http.openapi import SchemaRef, error_responses, event_stream_content, json_text
+from telemetry.events import EVENT_TYPES, Event, latest_event_id, subscribe
+from telemetry.schemas import EVENT_STREAM_EXAMPLE, TelemetryEvent
 
-router = Router()
+router = Router(auth=api_key_auth())
 KEEP_ALIVE = b": keep-alive\n\n"
+# A Redis stream id (also the embedded bus's): two unsigned 64-bit numbers, in ASCII digits.
+EVENT_ID = re.compile(r"([0-9]{1,20})(?:-([0-9]{1,20}))?")
+EVENT_ID_SCHEMA = {
+    "type": "string",
+    "pattern": f"^{EVENT_ID.pattern}$",
+    "description": "Each number below 2^64.",
+    "examples": ["1767225600000-0"],
+}
+
+# The view reads its query and headers itself; they are declared here for /v1/openapi.json.
+STREAM_DOCS = {
+    "parameters": [
+        {
+            "in": "query",
+            "name": "session",
+            "description": "Only this session's events.",
+            "schema": {"type": "string"},
+        },
+        {
+            "in": "query",
+            "name": "last_event_id",
+            "description": "Resume after this event (for clients that cannot send the header).",
+            "schema": EVENT_ID_SCHEMA,
+        },
+        {
+            "in": "header",
+            "name": "Last-Event-ID",
+            "description": "Resume after this event: the `id` of the last one received.",
+            "schema": EVENT_ID_SCHEMA,
+        },
+    ],
+    "responses": {
+        200: {
+            "description": "The organization's live events; the stream does not end by itself.",
+            "content": event_stream_content(
+                {
+                    "id": EVENT_ID_SCHEMA,
+                    "event": {"type": "string", "enum": list(EVENT_TYPES)},
+                    "data": json_text(SchemaRef(TelemetryEvent)),
+                },
+                required=["id", "event", "data"],
+                description="One live event: its id (to resume from), its type, and the event "
+                "as JSON. The stream opens with a `: connected` comment, and sends "
+                "`: keep-alive` comments while it is quiet.",
+                example=EVENT_STREAM_EXAMPLE,
+            ),
+        }
+    },
+}
 
 
-@router.get("/stream")
+@router.get(
+    "/stream",
+    operation_id="telemetry_stream",
+    tags=["Telemetry"],
+    summary="Stream serving telemetry",
+    response=error_responses(400, 401),
+    openapi_extra=STREAM_DOCS,
+)
 async def telemetry_stream(request: HttpRequest) -> StreamingHttpResponse:
-    key = await authenticate(request)
+    """Stream the organization's live events as server-sent events, resumable with
+    Last-Event-ID."""
+    key = key_of(request)
     after = request.headers.get("Last-Event-ID") or request.GET.get("last_event_id")
     if after is not None and not _is_event_id(after):
         raise InvalidParameter("`Last-Event-ID` must be an event id such as 1700000000000-0.")
     session = request.GET.get("session") or None
+    # "From now" is fixed before the response starts: an event published once the client has
+    # its headers (`: connected`) is never missed.
+    if after is None:
+        after = await latest_event_id(key.organization_id)
     events = subscribe(key.organization_id, after=after, session=session)
     response = StreamingHttpResponse(_sse(events), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
@@ -36,5 +101,7 @@ async def _sse(events: AsyncIterator[Event | None]) -> AsyncIterator[bytes]:
 
 
 def _is_event_id(value: str) -> bool:
-    ms, _, seq = value.partition("-")
-    return ms.isdigit() and (seq == "" or seq.isdigit())
+    # Checked here, not where it is read: the stream has started by then (a 200), and the id
+    # would end it with Redis' "Invalid stream ID".
+    match = EVENT_ID.fullmatch(value)
+    return match is not None and all(int(part) < 2**64 for part in match.groups(default="0"))

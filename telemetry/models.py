@@ -23,10 +23,10 @@ class Run(models.Model):
     # The run id is the completion id (PRODUCT.md decision 11): chatcmpl- + 24 hex.
     id = models.CharField(max_length=40, primary_key=True)
     organization = models.ForeignKey(
-        "gateway.Organization", on_delete=models.CASCADE, related_name="runs"
+        "accounts.Organization", on_delete=models.CASCADE, related_name="runs"
     )
     api_key = models.ForeignKey(
-        "gateway.ApiKey", on_delete=models.SET_NULL, null=True, blank=True, related_name="runs"
+        "accounts.ApiKey", on_delete=models.SET_NULL, null=True, blank=True, related_name="runs"
     )
     request_id = models.CharField(max_length=128, default="")
     end_user = models.CharField(max_length=256, default="", blank=True)
@@ -121,7 +121,7 @@ class UsageRollup(models.Model):
 
     hour = models.DateTimeField()
     organization = models.ForeignKey(
-        "gateway.Organization", on_delete=models.CASCADE, related_name="rollups"
+        "accounts.Organization", on_delete=models.CASCADE, related_name="rollups"
     )
     # The key's id, 0 when the run has none; a plain number so the unique key has no NULLs.
     api_key_id = models.BigIntegerField(default=0)

@@ -34,11 +34,12 @@ from typing import Any
 import orjson
 import psycopg
 from django.db import connection, transaction
-from django.db.models import NOT_PROVIDED, Field
+from django.db.models import NOT_PROVIDED, Field, ForeignKey
 from psycopg.types.json import Jsonb
 from psycopg.types.string import BytesBinaryDumper
 
 from telemetry.models import Run, RunChunk
+from telemetry.records import RunFields
 
 CHUNK_COLUMNS = "run_id, seq, offset_us, data"
 CHUNK_TYPES = ["text", "int4", "int8", "bytea"]
@@ -49,9 +50,9 @@ Chunk = tuple[str, int, int, bytes]
 def write(
     pg_connection: psycopg.Connection[Any],
     *,
-    new_runs: Sequence[dict[str, Any]],
+    new_runs: Sequence[RunFields],
     chunks: Sequence[Chunk],
-    updates: dict[str, dict[str, Any]],
+    updates: dict[str, RunFields],
     replay: bool,
 ) -> None:
     """Write new runs, then chunks, then outcomes (run id → fields), in the caller's transaction."""
@@ -153,18 +154,27 @@ _KIND_OF_FIELD = {
 
 def _field_kind(field: Field[Any, Any]) -> _Kind:
     internal_type = field.get_internal_type()
-    if internal_type == "ForeignKey":
-        internal_type = field.target_field.get_internal_type()  # type: ignore[attr-defined]
+    if isinstance(field, ForeignKey):
+        internal_type = field.target_field.get_internal_type()
     try:
         return _KINDS[_KIND_OF_FIELD[internal_type]]
     except KeyError:
         raise NotImplementedError(f"the run writer cannot send a {internal_type}") from None
 
 
+def _column_name(field: Field[Any, Any]) -> str:
+    assert field.column is not None  # the run table's concrete fields all have one
+    return field.column
+
+
 @dataclass(frozen=True, slots=True)
 class _Column:
     field: Field[Any, Any]
     kind: _Kind
+
+    @property
+    def name(self) -> str:
+        return _column_name(self.field)
 
     def prepare(self, value: Any) -> Any:
         """The value to send, exactly as the ORM would send it (Postgres text holds no NUL)."""
@@ -195,7 +205,7 @@ class _RunTable:
         fields = Run._meta.concrete_fields
         self.name = connection.ops.quote_name(Run._meta.db_table)
         self.columns = [_Column(f, _field_kind(f)) for f in fields]
-        self.column_list = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+        self.column_list = ", ".join(connection.ops.quote_name(_column_name(f)) for f in fields)
         self.copy_types = [c.kind.copy_type for c in self.columns]
         self.index = {f.attname: i for i, f in enumerate(fields)}
         # Defaults computed once are only right when no field computes its value per row.
@@ -203,7 +213,7 @@ class _RunTable:
         self.defaults = [c.prepare(c.field.get_default()) for c in self.columns]
         self.jsonb = [i for i, c in enumerate(self.columns) if c.kind.copy_type == "jsonb"]
 
-    def row(self, fields: dict[str, Any]) -> list[Any]:
+    def row(self, fields: RunFields) -> list[Any]:
         """A run's values for COPY, in column order."""
         if not self.static_defaults:
             return self.row_through_model(fields)
@@ -218,7 +228,7 @@ class _RunTable:
             row[i] = columns[i].for_copy(row[i])
         return row
 
-    def row_through_model(self, fields: dict[str, Any]) -> list[Any]:
+    def row_through_model(self, fields: RunFields) -> list[Any]:
         """A run's values, through a model instance as the ORM's INSERT takes them."""
         # For what `row` cannot do: a foreign key given by its name, defaults made per row.
         run = Run(**{key: _without_nul(value) for key, value in fields.items()})
@@ -233,7 +243,8 @@ class _RunTable:
         i = self.index.get(name)
         if i is None:  # a field's name rather than its attname: slow, but as the ORM does
             field = Run._meta.get_field(name)
-            return _Column(field, _field_kind(field))  # type: ignore[arg-type]
+            assert isinstance(field, Field)  # the run's own columns, never a relation's reverse
+            return _Column(field, _field_kind(field))
         return self.columns[i]
 
     @functools.cache  # noqa: B019 (one table object for the process's life)
@@ -242,8 +253,8 @@ class _RunTable:
         quote = connection.ops.quote_name
         definitions, assignments = [], []
         for name in names:
-            field = self.outcome_column(name).field
-            column, db_type = quote(field.column), field.db_type(connection)
+            outcome = self.outcome_column(name)
+            column, db_type = quote(outcome.name), outcome.field.db_type(connection) or ""
             if db_type.startswith("varchar"):
                 # Read as text, then cast: an explicit cast to varchar(n) truncates, as the
                 # `%s::varchar(n)` of earlier writers did, where reading as varchar(n) fails.
@@ -278,9 +289,7 @@ def _run_table() -> _RunTable:
     return _RunTable()
 
 
-def _copy_runs(
-    cursor: psycopg.Cursor[Any], runs: Sequence[dict[str, Any]], *, replay: bool
-) -> None:
+def _copy_runs(cursor: psycopg.Cursor[Any], runs: Sequence[RunFields], *, replay: bool) -> None:
     table = _run_table()
     rows = [table.row(fields) for fields in runs]
     if not replay:
@@ -353,7 +362,7 @@ def _copy(
             copy.write_row(row)
 
 
-def _update_runs(cursor: psycopg.Cursor[Any], updates: dict[str, dict[str, Any]]) -> None:
+def _update_runs(cursor: psycopg.Cursor[Any], updates: dict[str, RunFields]) -> None:
     """Apply outcomes: one UPDATE per set of field names (usually just one)."""
     table = _run_table()
     by_names: dict[tuple[str, ...], list[dict[str, Any]]] = {}
@@ -362,7 +371,7 @@ def _update_runs(cursor: psycopg.Cursor[Any], updates: dict[str, dict[str, Any]]
         for name, value in fields.items():
             column = table.outcome_column(name)
             value = column.prepare(value)
-            row[column.field.column] = None if value is None else column.kind.to_json(value)
+            row[column.name] = None if value is None else column.kind.to_json(value)
         by_names.setdefault(tuple(sorted(fields)), []).append(row)
     for names, rows in by_names.items():
         cursor.execute(table.update_sql(names), [Jsonb(rows, dumps=orjson.dumps)])

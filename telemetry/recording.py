@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Unpack
 
 from telemetry.events import EventPublisher
 from telemetry.models import Run
+from telemetry.records import RunFields, RunOutcome
 from telemetry.writer import ChunkSent, RunClosed, RunOpened, RunWriter
-
-CONTENT_FIELDS = ("request_body", "upstream_request")
 
 
 class RunRecorder:
@@ -39,12 +38,12 @@ class RunRecorder:
         self._started = time.perf_counter()
         self._writer = writer
         self._events = events
-        self._fields: dict[str, Any] = {
+        self._fields: RunFields = {
             "id": run_id,
             "accepted_at": accepted_at,
             "organization_id": organization_id,
         }
-        self._late_fields: dict[str, Any] = {}
+        self._late_fields: RunFields = {}
         self._early_chunks: list[ChunkSent] = []
         self._opened = False
         self._closed = False
@@ -53,7 +52,7 @@ class RunRecorder:
 
     # -- fields and events ---------------------------------------------------------------
 
-    def set(self, **fields: Any) -> None:
+    def set(self, **fields: Unpack[RunFields]) -> None:
         """Note fields of the run; once it is open they are written with its outcome."""
         if self._opened:
             self._late_fields.update(fields)
@@ -86,16 +85,19 @@ class RunRecorder:
             stream=self._fields.get("stream"),
         )
 
-    def _stored(self, fields: dict[str, Any], *, keep_body: bool = False) -> dict[str, Any]:
-        if self.keep_content or keep_body:
-            return dict(fields)
-        return {key: value for key, value in fields.items() if key not in CONTENT_FIELDS}
+    def _stored(self, fields: RunFields, *, keep_body: bool = False) -> RunFields:
+        stored = fields.copy()
+        if not (self.keep_content or keep_body):
+            stored.pop("request_body", None)
+            stored.pop("upstream_request", None)
+        return stored
 
     # -- the run's life ------------------------------------------------------------------
 
-    def open(self, **fields: Any) -> None:
+    def open(self, **fields: Unpack[RunFields]) -> None:
         """Write the run as in progress, before its first chunk."""
-        self._fields.update(fields, status=Run.Status.IN_PROGRESS)
+        self._fields.update(fields)
+        self._fields["status"] = Run.Status.IN_PROGRESS
         self._writer.submit(RunOpened(self._stored(self._fields)))
         self._opened = True
         for row in self._early_chunks:
@@ -128,13 +130,13 @@ class RunRecorder:
             ttft = self.first_token_at - self.accepted_at
             self.publish("generation.first_token", ttftMs=round(ttft.total_seconds() * 1000, 1))
 
-    def close(self, *, status: str, **fields: Any) -> None:
+    def close(self, *, status: str, **fields: Unpack[RunOutcome]) -> None:
         """Write the run's outcome and publish it; only the first close counts."""
         if self._closed:
             return
         self._closed = True
         _, finished_at = self._now()
-        outcome = {
+        outcome: RunFields = {
             **self._late_fields,
             **fields,
             "status": status,
@@ -154,7 +156,7 @@ class RunRecorder:
             self._publish_accepted()
         self._publish_outcome(status, {**self._fields, **outcome}, finished_at)
 
-    def _publish_outcome(self, status: str, run: dict[str, Any], finished_at: datetime) -> None:
+    def _publish_outcome(self, status: str, run: RunFields, finished_at: datetime) -> None:
         latency_ms = round((finished_at - self.accepted_at).total_seconds() * 1000, 1)
         usage = run.get("usage")
         source = run.get("usage_source", "")

@@ -13,23 +13,24 @@ from django.db import InterfaceError, OperationalError
 from telemetry.services.retention import runs_purge_expired
 from telemetry.services.rollups import usage_rollups_catch_up
 
-RETRY_OPTIONS = {
-    "autoretry_for": (OperationalError, InterfaceError),
-    "max_retries": 3,
-    "retry_backoff": 5,
-    "retry_backoff_max": 120,
-    "retry_jitter": True,
-}
+# A lost database connection is retried with backoff, a bounded number of times.
+retried_task = shared_task(
+    autoretry_for=(OperationalError, InterfaceError),
+    max_retries=3,
+    retry_backoff=5,
+    retry_backoff_max=120,
+    retry_jitter=True,
+)
 
 
-@shared_task(**RETRY_OPTIONS)
+@retried_task
 def purge_expired_runs(organization_id: int | None = None) -> dict[str, int]:
     """Delete expired runs and strip content retention forbids, for one or every organization."""
     organization_ids = None if organization_id is None else [organization_id]
     return runs_purge_expired(organization_ids=organization_ids).as_dict()
 
 
-@shared_task(**RETRY_OPTIONS)
+@retried_task
 def rollup_usage(hours: int = 2) -> dict[str, int]:
     """Recompute the rollups of the hours touched in the last `hours`, or since the last run."""
     return usage_rollups_catch_up(hours=hours).as_dict()

@@ -39,16 +39,13 @@ from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 from django.conf import settings
-from django.db import (
-    InterfaceError,
-    OperationalError,
-    close_old_connections,
-    connection,
-    transaction,
-)
+from django.db import connection, transaction
 
+from core.db import DatabaseAway, drop_broken_connection
+from core.loops import PerLoop
 from telemetry import postgres_writes
 from telemetry.models import Run, RunChunk
+from telemetry.records import RunFields
 from telemetry.spool import Row, Spool
 
 logger = logging.getLogger(__name__)
@@ -68,15 +65,13 @@ CLOSE_TIMEOUT_SECONDS = 10.0
 STUCK_SECONDS = 5.0
 MARK_EVERY_SECONDS = 0.05
 
-DatabaseAway = (OperationalError, InterfaceError)
-
 
 # Named tuples: the request path makes one per chunk, and a tuple costs half what a frozen
 # dataclass does to make; a ChunkSent is also, as it is, the row COPY writes.
 
 
 class RunOpened(NamedTuple):
-    fields: dict[str, Any]
+    fields: RunFields
 
 
 class ChunkSent(NamedTuple):
@@ -88,7 +83,7 @@ class ChunkSent(NamedTuple):
 
 class RunClosed(NamedTuple):
     run_id: str
-    fields: dict[str, Any]
+    fields: RunFields
 
 
 WriterItem = RunOpened | ChunkSent | RunClosed
@@ -115,12 +110,23 @@ def decode_row(row: Row) -> WriterItem:
     raise ValueError(f"unknown spooled row kind {kind!r}")
 
 
-def _text_safe(fields: dict[str, Any]) -> dict[str, Any]:
+def _text_safe(fields: RunFields) -> dict[str, Any]:
     """Postgres text cannot hold NUL; drop it from text fields (bytes fields keep theirs)."""
     return {
         key: value.replace("\x00", "") if isinstance(value, str) else value
         for key, value in fields.items()
     }
+
+
+def _cut_to_fit(fields: dict[str, Any]) -> dict[str, Any]:
+    """Cut outcome text to its column's length, as Postgres' outcome UPDATE does (its cast to
+    varchar(n) truncates); SQLite would keep it whole."""
+    fitted = dict(fields)
+    for key, value in fields.items():
+        max_length = getattr(Run._meta.get_field(key), "max_length", None)
+        if isinstance(value, str) and max_length is not None and len(value) > max_length:
+            fitted[key] = value[:max_length]
+    return fitted
 
 
 def write_batch(items: Sequence[WriterItem], *, replay: bool = False) -> None:
@@ -129,8 +135,8 @@ def write_batch(items: Sequence[WriterItem], *, replay: bool = False) -> None:
     `replay` says the batch may be in the database already, wholly or in part; it is then
     written so that nothing is duplicated and nothing already there fails it.
     """
-    new_runs: dict[str, dict[str, Any]] = {}
-    updates: dict[str, dict[str, Any]] = {}
+    new_runs: dict[str, RunFields] = {}
+    updates: dict[str, RunFields] = {}
     chunks: list[ChunkSent] = []
     # The items' own dicts are used as they are, never changed: a batch that fails is tried
     # again, or spooled, as it came. Merging two makes a new dict.
@@ -151,7 +157,7 @@ def write_batch(items: Sequence[WriterItem], *, replay: bool = False) -> None:
     with transaction.atomic():
         if connection.vendor == "postgresql":
             # Raw psycopg calls, wrapped so their errors become Django's (and mark the
-            # connection for `close_old_connections`).
+            # connection as having failed, for `drop_broken_connection`).
             with connection.wrap_database_errors:
                 postgres_writes.write(
                     connection.connection,
@@ -171,13 +177,13 @@ def write_batch(items: Sequence[WriterItem], *, replay: bool = False) -> None:
                 ignore_conflicts=True,
             )
             for run_id, fields in updates.items():
-                Run.objects.filter(pk=run_id).update(**_text_safe(fields))
+                Run.objects.filter(pk=run_id).update(**_cut_to_fit(_text_safe(fields)))
 
 
 def database_reachable() -> bool:
     """Whether this thread's connection (re)connects and answers."""
     try:
-        close_old_connections()
+        drop_broken_connection()
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
     except DatabaseAway:
@@ -223,7 +229,7 @@ class RunWriter:
     ):
         self.batch_size = batch_size
         self.interval = interval
-        self.spill_at = spill_at or getattr(settings, "MORTAR_WRITER_SPILL_AT", 50_000)
+        self.spill_at: int = spill_at or settings.MORTAR_WRITER_SPILL_AT
         self._queue: deque[WriterItem] = deque()
         # (index of a submitted row, when it was submitted), at most every MARK_EVERY_SECONDS;
         # the first mark is the newest one at or before the queue's head. They give the lag.
@@ -435,7 +441,7 @@ class RunWriter:
 
     def _write(self, items: Sequence[WriterItem], replay: bool) -> None:
         """Write one batch (on the writer's thread); fall back to run by run if it is refused."""
-        close_old_connections()  # drop a connection that broke or aged since the last batch
+        drop_broken_connection()  # a connection the last batch found broken is replaced
         try:
             write_batch(items, replay=replay)
         except DatabaseAway:
@@ -533,19 +539,15 @@ class RunWriter:
             )
 
 
-_writers: dict[asyncio.AbstractEventLoop, RunWriter] = {}
+def _new_run_writer() -> RunWriter:
+    return RunWriter(
+        batch_size=settings.MORTAR_WRITER_BATCH_SIZE,
+        interval=settings.MORTAR_WRITER_INTERVAL_MS / 1000,
+    )
 
 
-def run_writer() -> RunWriter:
-    """The writer of the running event loop (one per worker process in production)."""
-    loop = asyncio.get_running_loop()
-    writer = _writers.get(loop)
-    if writer is None:
-        writer = _writers[loop] = RunWriter(
-            batch_size=settings.MORTAR_WRITER_BATCH_SIZE,
-            interval=settings.MORTAR_WRITER_INTERVAL_MS / 1000,
-        )
-    return writer
+# The writer of the running event loop (one per worker process in production).
+run_writer = PerLoop(_new_run_writer)
 
 
 def start_run_writer() -> None:
@@ -554,14 +556,14 @@ def start_run_writer() -> None:
 
 
 async def close_run_writer() -> None:
-    writer = _writers.pop(asyncio.get_running_loop(), None)
+    writer = run_writer.pop()
     if writer is not None:
         await writer.close()
 
 
 def writer_status() -> dict[str, Any]:
     """Queue depth, lag, spooled rows and the last database error of this process's writers."""
-    writers = list(_writers.values())
+    writers = run_writer.instances()
     errors = [(w.last_error_at, w.last_error) for w in writers if w.last_error_at is not None]
     last_error = None
     if errors:

@@ -1,9 +1,11 @@
 """Fixtures shared by the whole suite.
 
-The suite runs on the real Postgres and Redis (config/test_settings.py). End-to-end tests talk
-to Mortar running as a real uvicorn process on a free loopback port, against the same test
-database; what they need in it is committed, so the server process can see it. No test here
-uses `transactional_db`: its table flush would wipe the shared committed rows.
+The suite runs on the backends config/test_settings.py was asked for: the real Postgres and
+Redis (`make test`), or the embedded default — a SQLite file, the memory backplane
+(`make test-embedded`). End-to-end tests talk to Mortar running as a real uvicorn process on a
+free loopback port, against the same test database; what they need in it is committed, so the
+server process can see it. No test here uses `transactional_db`: its table flush would wipe the
+shared committed rows.
 """
 
 from __future__ import annotations
@@ -14,13 +16,15 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from django.conf import settings
 from django.db import connection
 
-from gateway.models import ApiKey, CatalogModel, Deployment, Organization
-from gateway.services import key_create
+from accounts.models import ApiKey, Organization
+from accounts.services import key_create
+from gateway.models import CatalogModel, Deployment
 from telemetry.models import Run
 from tests.support.servers import ROOT, ServerProcess, start_mortar
 
@@ -37,11 +41,17 @@ class Tenant:
     secret: str
 
 
-def _server_env() -> dict[str, str]:
+def _database_url() -> str:
+    """The test database's URL, for the processes the tests start."""
     db = settings.DATABASES["default"]
-    url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{db['NAME']}"  # an absolute path: sqlite:////tmp/…
+    return f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+
+
+def _server_env() -> dict[str, str]:
     return {
-        "DATABASE_URL": url,
+        "DATABASE_URL": _database_url(),
         "REDIS_URL": settings.REDIS_URL,
         "MORTAR_REDIS_PREFIX": settings.REDIS_PREFIX,
         "MORTAR_VAR_DIR": str(settings.VAR_DIR),
@@ -53,13 +63,38 @@ def _server_env() -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
+def sees_other_connections() -> None:
+    """Requested by the fixtures that commit rows for other connections (server processes,
+    the run writer's thread): a test that uses them reads what those connections commit."""
+
+
+@pytest.fixture
+def _django_db_helper(
+    request: pytest.FixtureRequest, django_db_setup: None, django_db_blocker
+) -> Iterator[None]:
+    """pytest-django's rolled-back test transaction — except, on SQLite, for tests that read
+    what other connections commit.
+
+    Postgres reads each statement at the latest commit (READ COMMITTED), so a test in its
+    transaction still sees the rows a server process writes meanwhile. A SQLite transaction
+    reads one snapshot, from its first read to its end: such a test would never see them. On
+    SQLite these tests run without the transaction: what they write is committed by the
+    servers, the writer thread or the committing fixtures anyway, or has ids of its own.
+    """
+    if connection.vendor == "sqlite" and "sees_other_connections" in request.fixturenames:
+        with django_db_blocker.unblock():
+            yield
+        return
+    request.getfixturevalue("_django_db_helper")  # pytest-django's own
+    yield
+
+
+@pytest.fixture(scope="session")
 def mortar_server(
-    django_db_setup: None, django_db_blocker: pytest.FixtureRequest, tmp_path_factory
+    django_db_setup: None, django_db_blocker, sees_other_connections: None, tmp_path_factory
 ) -> Iterator[ServerProcess]:
     """Mortar on uvicorn, on the test database, for the whole session."""
-    if connection.vendor != "postgresql":
-        pytest.fail("end-to-end tests need Postgres (DATABASE_URL)")
-    if not str(settings.DATABASES["default"]["NAME"]).startswith("test_"):
+    if not Path(settings.DATABASES["default"]["NAME"]).name.startswith("test_"):
         # pytest-django only creates the test database for runs with a django_db test.
         pytest.fail("modules that use mortar_server need `pytestmark = pytest.mark.django_db`")
     server = start_mortar(_server_env(), log_dir=tmp_path_factory.mktemp("servers"))
@@ -75,6 +110,18 @@ def second_server(mortar_server: ServerProcess, tmp_path_factory) -> Iterator[Se
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def django_dispatch_server(
+    mortar_server: ServerProcess, tmp_path_factory
+) -> Iterator[ServerProcess]:
+    """Mortar with `POST /v1/chat/completions` through Django's handler, not the lean dispatch
+    (`MORTAR_LEAN_DISPATCH=false`), on the same database and Redis."""
+    env = {**_server_env(), "MORTAR_LEAN_DISPATCH": "false"}
+    server = start_mortar(env, log_dir=tmp_path_factory.mktemp("django-dispatch"))
+    yield server
+    server.stop()
+
+
 def _committed_tenant(name: str) -> Tenant:
     organization, _ = Organization.objects.get_or_create(name=name)
     issued = key_create(organization=organization, name="tests")
@@ -82,14 +129,14 @@ def _committed_tenant(name: str) -> Tenant:
 
 
 @pytest.fixture(scope="session")
-def tenant(django_db_setup: None, django_db_blocker) -> Tenant:
+def tenant(django_db_setup: None, django_db_blocker, sees_other_connections: None) -> Tenant:
     """An organization and key committed to the test database, visible to server processes."""
     with django_db_blocker.unblock():
         return _committed_tenant("acme-tests")
 
 
 @pytest.fixture(scope="session")
-def slow_model(django_db_setup: None, django_db_blocker) -> str:
+def slow_model(django_db_setup: None, django_db_blocker, sees_other_connections: None) -> str:
     """A scripted model that pauses 200 ms between pieces, committed for server processes."""
     with django_db_blocker.unblock():
         deployment, _ = Deployment.objects.get_or_create(
@@ -102,7 +149,7 @@ def slow_model(django_db_setup: None, django_db_blocker) -> str:
 
 
 @pytest.fixture(scope="session")
-def other_tenant(django_db_setup: None, django_db_blocker) -> Tenant:
+def other_tenant(django_db_setup: None, django_db_blocker, sees_other_connections: None) -> Tenant:
     with django_db_blocker.unblock():
         return _committed_tenant("globex")
 
@@ -149,8 +196,3 @@ def wait_for_run(run_id: str, timeout: float = 10.0) -> Run:
 
 def stored_bytes(run: Run) -> bytes:
     return b"".join(bytes(chunk.data) for chunk in run.chunks.order_by("seq"))
-
-
-@pytest.fixture
-def require_postgres() -> bool:
-    return os.environ.get("MORTAR_REQUIRE_POSTGRES") == "1"

@@ -77,7 +77,7 @@ def _filtered(query: AuditQuery) -> QuerySet[UsageRollup]:
     return rollups
 
 
-def _rows(query: AuditQuery) -> QuerySet[UsageRollup, dict[str, Any]]:
+def _rows(query: AuditQuery) -> QuerySet[UsageRollup, Any]:
     columns = [column for dimension in query.group for column in GROUP_COLUMNS[dimension]]
     grouped = (
         _filtered(query)
@@ -96,9 +96,10 @@ def _rows(query: AuditQuery) -> QuerySet[UsageRollup, dict[str, Any]]:
         descending = query.sort.startswith("-")
     column = F(SORT_COLUMN.get(name, name))
     tie_breaks = [SORT_COLUMN[d] for d in query.group]
-    return grouped.order_by(
+    ordered: QuerySet[UsageRollup, Any] = grouped.order_by(
         column.desc(nulls_last=True) if descending else column.asc(nulls_last=True), *tie_breaks
     )
+    return ordered
 
 
 def audit_rows(query: AuditQuery, *, limit: int | None = PAGE_LIMIT) -> list[dict[str, Any]]:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gateway.models import ApiKey, CatalogModel, Deployment, Organization
+from accounts.models import ApiKey, Organization
+from gateway.models import CatalogModel, Deployment
 
 
 def organization_choices() -> list[tuple[int, str]]:

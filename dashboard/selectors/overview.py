@@ -100,8 +100,8 @@ def overview(filters: OverviewFilters) -> Overview:
     totals["cache_hit_ratio"] = ratio(totals["cached_tokens"], totals["prompt_tokens"])
     totals["error_ratio"] = ratio(totals["errors"], totals["requests"])
 
-    per_hour = {
-        row["hour"]: row
+    per_hour: dict[datetime, dict[str, Any]] = {
+        row["hour"]: dict(row)
         for row in rollups.values("hour").annotate(**{m: Sum(m) for m in MEASURES}).order_by()
     }
     overall, hourly, sampled = run_percentiles(filters)
@@ -163,7 +163,7 @@ def run_percentiles(
 
 
 def _percentiles_in_postgres(
-    sample: QuerySet[Run, dict[str, Any]],
+    sample: QuerySet[Run, Any],
 ) -> tuple[Percentiles, dict[datetime, Percentiles], int]:
     inner, params = sample.query.sql_with_params()
     sql = f"""
@@ -190,7 +190,7 @@ def _percentiles_in_postgres(
 
 
 def _percentiles_in_python(
-    sample: QuerySet[Run, dict[str, Any]],
+    sample: QuerySet[Run, Any],
 ) -> tuple[Percentiles, dict[datetime, Percentiles], int]:
     """The same figures for the embedded SQLite default, which has no percentile_cont."""
     rows = list(sample)

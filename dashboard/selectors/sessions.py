@@ -50,7 +50,7 @@ class SessionQuery:
     sort: str = "-last_seen"
 
 
-def _share(part: Any, whole: Any) -> ExpressionWrapper:
+def _share(part: Any, whole: Any) -> ExpressionWrapper[Any]:
     return ExpressionWrapper(
         Cast(part, FloatField()) / NullIf(Cast(whole, FloatField()), Value(0.0)),
         output_field=FloatField(),
@@ -91,4 +91,4 @@ def session_summaries(query: SessionQuery, *, limit: int = SESSION_LIMIT) -> lis
             "session",
         )
     )
-    return list(sessions[:limit])
+    return [dict(row) for row in sessions[:limit]]

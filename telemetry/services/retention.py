@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
-from gateway.models import Organization
+from accounts.models import Organization
 from telemetry.models import Run, RunChunk
 
 logger = logging.getLogger(__name__)

@@ -10,8 +10,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from gateway.auth import key_digest
-from gateway.models import ApiKey, Organization
+from accounts.auth import key_digest
+from accounts.models import ApiKey, Organization
 from telemetry.models import Run
 
 pytestmark = pytest.mark.django_db
@@ -122,7 +122,7 @@ def test_admin_creates_a_key_and_shows_its_secret_once(client: Client) -> None:
     organization = Organization.objects.create(name="admin-key-org")
     client.force_login(User.objects.create_superuser("perm-admin", password="x" * 12))
     response = client.post(
-        "/admin/gateway/apikey/add/", {"organization": organization.pk, "name": "from admin"}
+        "/admin/accounts/apikey/add/", {"organization": organization.pk, "name": "from admin"}
     )
     assert response.status_code == 200
     assert "no-store" in response["Cache-Control"]
@@ -132,4 +132,4 @@ def test_admin_creates_a_key_and_shows_its_secret_once(client: Client) -> None:
     assert key.digest == key_digest(secret)
     assert key.prefix == secret[:11]
     # Not stored, and not shown again on the key's page.
-    assert secret not in client.get(f"/admin/gateway/apikey/{key.pk}/change/").content.decode()
+    assert secret not in client.get(f"/admin/accounts/apikey/{key.pk}/change/").content.decode()

@@ -12,14 +12,14 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from accounts.models import Organization
+from accounts.services import key_create
 from dashboard.selectors.audit import AuditQuery, audit_csv_rows, audit_rows, audit_totals
 from dashboard.selectors.live import generations_in_flight
 from dashboard.selectors.overview import OverviewFilters, overview, percentile_cont
 from dashboard.selectors.runs import Cursor, RunFilters, reply_of, runs_page
 from dashboard.selectors.sessions import SessionQuery, session_summaries
-from gateway.chunks import DONE, ChunkEncoder
-from gateway.models import Organization
-from gateway.services import key_create
+from gateway.relay.chunks import DONE, ChunkEncoder
 from gateway.tokens import default_counter
 from telemetry.models import Run, RunChunk
 from telemetry.services.rollups import usage_rollups_refresh
@@ -139,6 +139,7 @@ def test_keyset_pages_walk_every_run_once_newest_first_and_back(org: Organizatio
     assert back.newer is None
 
 
+@pytest.mark.postgres  # the SQL asserted is Postgres's (its timestamp literals)
 def test_the_list_query_uses_the_key_not_offset(org: Organization) -> None:
     make_run(org)
     with CaptureQueriesContext(connection) as queries:

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from gateway.models import CatalogModel, Deployment, Organization
+from accounts.models import Organization
+from gateway.models import CatalogModel, Deployment
 
 pytestmark = pytest.mark.django_db
 

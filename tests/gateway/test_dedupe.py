@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import orjson
@@ -11,6 +13,7 @@ import pytest
 from telemetry.models import Run
 from tests.conftest import wait_for_run
 from tests.support.upstreams import MockPair, mock_reset, mock_stats
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -49,6 +52,7 @@ def concurrently(calls) -> list[httpx.Response]:  # type: ignore[no-untyped-def]
     return results
 
 
+@pytest.mark.redis
 def test_twenty_identical_requests_over_two_processes_share_one_generation(
     mortar_server, second_server, tenant, upstream_models: MockPair
 ) -> None:
@@ -78,18 +82,25 @@ def test_twenty_identical_requests_over_two_processes_share_one_generation(
     assert Run.objects.get(pk=leader_id).dedupe_role == "leader"
 
 
+@pytest.mark.redis
 def test_the_same_key_with_a_different_request_is_a_409(
     mortar_server, second_server, tenant, upstream_models
 ) -> None:
     other = {**SLOW, "messages": [{"role": "user", "content": "something else"}]}
-    leader, conflict = concurrently(
-        [
-            lambda: post(mortar_server, tenant, SLOW, key="clash"),
-            lambda: (threading.Event().wait(0.3), post(second_server, tenant, other, key="clash"))[
-                1
-            ],
-        ]
+    mock_reset(upstream_models.a)
+    first: list[httpx.Response] = []
+    thread = threading.Thread(
+        target=lambda: first.append(post(mortar_server, tenant, SLOW, key="clash"))
     )
+    thread.start()
+    # The leader holds the key while its generation is with the model server.
+    wait_until(
+        lambda: mock_stats(upstream_models.a)["requests"] >= 1,
+        message="the first request never reached the model server",
+    )
+    conflict = post(second_server, tenant, other, key="clash")
+    thread.join(60)
+    (leader,) = first
     assert leader.status_code == 200
     assert conflict.status_code == 409
     assert conflict.json()["error"]["code"] == "idempotency_conflict"
@@ -139,3 +150,37 @@ def test_a_malformed_dedupe_request_is_a_400(mortar_server, tenant, body, key, h
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "invalid_parameter"
     assert response.json()["error"]["param"] == param
+
+
+def test_identical_requests_to_one_process_share_one_generation(
+    mortar_server, tenant, upstream_models: MockPair
+) -> None:
+    mock_reset(upstream_models.a)
+    responses = concurrently([lambda: post(mortar_server, tenant, SLOW, key="one")] * 5)
+
+    assert [r.status_code for r in responses] == [200] * 5
+    assert mock_stats(upstream_models.a)["requests"] == 1
+    roles = [r.headers["X-Mortar-Dedupe"] for r in responses]
+    assert sorted(roles) == ["leader"] + ["shared"] * 4
+    leader = responses[roles.index("leader")]
+    assert {r.json()["id"] for r in responses} == {leader.json()["id"]}
+    assert {r.content for r in responses} == {leader.content}
+
+
+def test_one_process_refuses_the_same_key_with_a_different_request(
+    mortar_server, tenant, upstream_models: MockPair
+) -> None:
+    mock_reset(upstream_models.a)
+    other = {**SLOW, "messages": [{"role": "user", "content": "something else"}]}
+    with ThreadPoolExecutor(1) as pool:
+        leading = pool.submit(post, mortar_server, tenant, SLOW, key="clash-here")
+        deadline = time.monotonic() + 10
+        while mock_stats(upstream_models.a)["in_flight"] < 1:  # the leader is generating
+            assert time.monotonic() < deadline, "the leader never reached the model server"
+            time.sleep(0.02)
+        conflict = post(mortar_server, tenant, other, key="clash-here")
+        leader = leading.result(30)
+    assert leader.status_code == 200
+    assert leader.headers["X-Mortar-Dedupe"] == "leader"
+    assert conflict.status_code == 409
+    assert conflict.json()["error"]["code"] == "idempotency_conflict"

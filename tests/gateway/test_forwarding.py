@@ -364,7 +364,7 @@ def test_a_replica_that_refuses_before_the_first_byte_is_skipped(
     mortar_server, tenant, upstream_models, dead_url
 ) -> None:
     # Find a session whose own replica is the dead one, so routing must fail over.
-    from gateway.routing import replicas_for_session
+    from gateway.upstream.replicas import replicas_for_session
 
     alive = MockPair.url(upstream_models.a)
     session = next(

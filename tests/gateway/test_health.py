@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import httpx
 import pytest
 
@@ -18,6 +20,7 @@ def test_healthz_needs_no_key(mortar_server: ServerProcess) -> None:
     assert response.headers["X-Request-Id"]
 
 
+@pytest.mark.redis
 def test_readyz_checks_the_database_and_redis(mortar_server: ServerProcess) -> None:
     body = httpx.get(f"{mortar_server.base_url}/readyz").json()
     assert body["ok"] is True
@@ -25,6 +28,13 @@ def test_readyz_checks_the_database_and_redis(mortar_server: ServerProcess) -> N
     assert body["redis"] == "ok"
     assert set(body["run_writer"]) == {"queue_depth", "lag_seconds", "spooled", "last_error"}
     assert body["run_writer"]["spooled"] == 0
+
+
+def test_readyz_checks_the_database_and_the_backplane(mortar_server: ServerProcess) -> None:
+    body = httpx.get(f"{mortar_server.base_url}/readyz").json()
+    backplane = {"services": "redis", "embedded": "memory"}[os.environ["MORTAR_TEST_BACKENDS"]]
+    assert body["ok"] is True
+    assert (body["database"], body[backplane]) == ("ok", "ok")
 
 
 def test_models_needs_a_key(mortar_server: ServerProcess) -> None:

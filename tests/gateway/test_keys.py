@@ -9,7 +9,7 @@ import httpx
 import pytest
 from django.core.management import CommandError, call_command
 
-from gateway.models import ApiKey, Organization
+from accounts.models import ApiKey, Organization
 from tests.conftest import CliTenant, manage
 from tests.support.servers import ServerProcess
 
@@ -76,6 +76,7 @@ def test_revokekey_refuses_an_ambiguous_or_unknown_prefix() -> None:
     assert ApiKey.objects.filter(revoked_at__isnull=False).count() == 0
 
 
+@pytest.mark.redis
 def test_a_revoked_key_fails_on_its_next_request_on_every_worker(
     mortar_server: ServerProcess, second_server: ServerProcess, new_tenant: CliTenant
 ) -> None:
@@ -111,3 +112,16 @@ def test_bootstrap_prints_the_same_generated_key_each_time(monkeypatch, settings
     assert (tmp_path / "demo-key").read_text().strip() == secret
     assert oct((tmp_path / "demo-key").stat().st_mode & 0o777) == "0o600"
     assert ApiKey.objects.filter(organization__name="demo").count() == 1
+
+
+def test_a_revoked_key_fails_on_its_next_request(
+    mortar_server: ServerProcess, new_tenant: CliTenant
+) -> None:
+    headers = {"x-api-key": new_tenant.secret}
+    assert httpx.get(f"{mortar_server.base_url}/v1/models", headers=headers).status_code == 200
+
+    assert "Revoked" in manage("revokekey", new_tenant.secret[:11])
+
+    response = httpx.get(f"{mortar_server.base_url}/v1/models", headers=headers)
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "invalid_key"

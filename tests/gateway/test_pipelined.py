@@ -1,23 +1,28 @@
-"""The pipelined Redis connection (`gateway/pipelined.py`) and the stop requests answered on
-it (`gateway/live.py`), on the real Redis."""
+"""The pipelined Redis connection (`core/backplane/pipelined.py`) and the stop requests answered
+on it (`gateway/coordination/stop.py`), on the real Redis (and on the memory backplane where one
+process is enough)."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
+import pytest
 import redis
 from django.conf import settings
 
-from gateway.broadcast import broadcast, channel_name
-from gateway.live import STOP_CHANNEL, live_generations
-from gateway.pipelined import PipelinedConnection
+from core.backplane import backplane
+from core.backplane.pipelined import PipelinedConnection
+from core.backplane.redis import broadcast_prefix
+from gateway.coordination.stop import STOP_CHANNEL, live_generations
+from tests.support.waiting import wait_until_async
 
 
 def key(name: str) -> str:
     return f"{settings.REDIS_PREFIX}:pipelined-test:{name}"
 
 
+@pytest.mark.redis
 async def test_it_answers_commands_in_order_through_their_callbacks() -> None:
     connection = PipelinedConnection(settings.REDIS_URL)
     replies: list[Any] = []
@@ -31,6 +36,7 @@ async def test_it_answers_commands_in_order_through_their_callbacks() -> None:
     connection.close()
 
 
+@pytest.mark.redis
 async def test_it_reconnects_when_redis_drops_it_and_tells_who_waited() -> None:
     connection = PipelinedConnection(settings.REDIS_URL)
     ids: list[Any] = []
@@ -39,9 +45,17 @@ async def test_it_reconnects_when_redis_drops_it_and_tells_who_waited() -> None:
     lost: list[Any] = []
     connection.send(b"BLPOP", key("never"), 5, on_reply=lost.append)
     connection.write_now()
-    await asyncio.sleep(0.05)
-    redis.Redis.from_url(settings.REDIS_URL).client_kill_filter(_id=ids[0])
-    await asyncio.sleep(0.05)
+    admin = redis.Redis.from_url(settings.REDIS_URL)
+    await wait_until_async(
+        lambda: any(
+            int(client["id"]) == ids[0] and client["cmd"] == "blpop"
+            for client in admin.client_list()
+        ),
+        message="the BLPOP did not reach Redis",
+    )
+    admin.client_kill_filter(_id=ids[0])
+    await wait_until_async(lambda: lost, message="the waiting command was not told")
+    admin.close()
     assert len(lost) == 1 and isinstance(lost[0], ConnectionError)
 
     replies: list[Any] = []
@@ -62,20 +76,21 @@ async def test_a_stop_is_decided_by_the_generations_organization() -> None:
         assert flag.is_set()
         assert await live.stop("chatcmpl-pipelined-stop", 7) is False  # stopped once
     finally:
-        await broadcast().close()
+        await backplane().close()
 
 
 async def test_a_generation_that_ended_cannot_be_stopped() -> None:
     live = live_generations()
     try:
         flag = await live.register("chatcmpl-pipelined-gone", 7)
-        await live.unregister("chatcmpl-pipelined-gone")
+        live.unregister("chatcmpl-pipelined-gone")
         assert await live.stop("chatcmpl-pipelined-gone", 7) is False
         assert not flag.is_set()
     finally:
-        await broadcast().close()
+        await backplane().close()
 
 
+@pytest.mark.redis
 async def test_every_listening_worker_answers_a_stop_request() -> None:
     # What a stop through another worker waits on: one answer per listener, on its reply list.
     live = live_generations()
@@ -84,7 +99,10 @@ async def test_every_listening_worker_answers_a_stop_request() -> None:
         await live.start()
         await live.register("chatcmpl-pipelined-remote", 7)
         answers = key("answers")
-        heard = other.publish(channel_name(STOP_CHANNEL), f"chatcmpl-pipelined-remote 7 {answers}")
+        heard = other.publish(
+            broadcast_prefix(settings.REDIS_PREFIX) + STOP_CHANNEL,
+            f"chatcmpl-pipelined-remote 7 {answers}",
+        )
         assert heard >= 1
         replies = []
         for _ in range(heard):  # every worker of this suite answers; only ours with a yes
@@ -94,4 +112,4 @@ async def test_every_listening_worker_answers_a_stop_request() -> None:
         assert replies.count(b"1") == 1
     finally:
         other.close()
-        await broadcast().close()
+        await backplane().close()

@@ -6,7 +6,7 @@ import httpx
 import orjson
 import pytest
 
-from gateway.routing import ReplicaHealth, replicas_for_session, route_session
+from gateway.upstream.replicas import ReplicaHealth, replicas_for_session, route_session
 from tests.conftest import Tenant, manage, wait_for_run
 from tests.support.servers import ServerProcess, start_mock_model
 

@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from gateway.generation import Generation
-from gateway.scripted import (
+from gateway.contract.chat import ChatRequest
+from gateway.generation.reply import Generation
+from gateway.generation.scripted import (
     ScriptedModel,
     empty_arguments,
     reply_text,
@@ -15,7 +16,6 @@ from gateway.scripted import (
     tools_to_call,
 )
 from gateway.tokens import default_counter
-from gateway.validation import ChatRequest
 
 SPEC_REPLY = "It caps how many tokens the model may generate for this reply."
 

@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.errors import (
+from core.errors import (
     InvalidJson,
     InvalidParameter,
     InvalidRole,
@@ -15,7 +15,8 @@ from gateway.errors import (
     InvalidTools,
     MortarError,
 )
-from gateway.validation import ChatRequest, parse_json_body, validate_chat_request
+from gateway.contract.chat import ChatRequest
+from gateway.contract.validation import parse_json_body, validate_chat_request
 
 USER = {"role": "user", "content": "Hello"}
 WEATHER = {

@@ -32,6 +32,15 @@ WEATHER_TOOL = {
 }
 
 
+def committed(statement: str, params: tuple[str, ...]) -> None:
+    """Run a statement on a connection of its own, committed: the server process sees it."""
+    db = settings.DATABASES["default"]
+    with psycopg.connect(
+        host=db["HOST"], port=db["PORT"], user=db["USER"], dbname=db["NAME"], autocommit=True
+    ) as connection:
+        connection.execute(statement, params)
+
+
 def stream(server: ServerProcess, tenant: Tenant, body: dict) -> tuple[str, bytes]:
     received = b""
     with stream_completion(server, tenant.secret, body, timeout=30) as response:
@@ -163,16 +172,36 @@ def test_pace_original_keeps_the_recorded_gaps(mortar_server, tenant, slow_model
         tenant,
         {"model": slow_model, "messages": [{"role": "user", "content": "one two three four"}]},
     )
-    wait_for_run(run_id)
-    started = time.monotonic()
+    offsets = list(wait_for_run(run_id).chunks.order_by("seq").values_list("offset_us", flat=True))
+    recorded_seconds = (offsets[-1] - offsets[0]) / 1_000_000
     fast = replay(mortar_server, tenant.secret, run_id)
-    fast_seconds = time.monotonic() - started
     started = time.monotonic()
     paced = replay(mortar_server, tenant.secret, run_id, pace="original")
     paced_seconds = time.monotonic() - started
     assert paced.content == fast.content
-    # The slow deployment paused 200 ms between its two pieces.
-    assert paced_seconds >= 0.19 > fast_seconds  # (0.2 s recorded; timers may fire early)
+    # The slow deployment paused 200 ms between its two pieces; the paced replay waits as long
+    # (a lower bound, which a busy machine cannot break; timers may fire a little early).
+    assert recorded_seconds >= 0.19
+    assert paced_seconds >= recorded_seconds - 0.01
+
+
+@pytest.mark.postgres  # ages the stored chunk through its own Postgres connection
+def test_without_pace_a_replay_keeps_no_gap(mortar_server, tenant) -> None:
+    run_id, received = stream(
+        mortar_server, tenant, {"messages": [{"role": "user", "content": "one two three"}]}
+    )
+    wait_for_run(run_id)
+    # As if the model had paused an hour before its last chunk.
+    committed(
+        "UPDATE telemetry_runchunk SET offset_us = offset_us + 3600000000"
+        " WHERE run_id = %s AND seq = (SELECT max(seq) FROM telemetry_runchunk"
+        " WHERE run_id = %s)",
+        (run_id, run_id),
+    )
+    # Answered whole, within the client's timeout: the recorded hour is not waited out.
+    replayed = replay(mortar_server, tenant.secret, run_id)
+    assert replayed.status_code == 200
+    assert without_ids(replayed.content) == received
 
 
 def test_a_follower_gets_an_in_flight_run_live_until_it_ends(
@@ -216,17 +245,14 @@ def test_an_unknown_run_is_gone(mortar_server, tenant) -> None:
     assert (response.status_code, response.json()["code"]) == (410, "run_gone")
 
 
+@pytest.mark.postgres  # it ages the run through a connection of its own, with psycopg
 def test_an_expired_run_is_gone(mortar_server, tenant) -> None:
     run_id, _ = stream(mortar_server, tenant, {"messages": [{"role": "user", "content": "x"}]})
     wait_for_run(run_id)
-    db = settings.DATABASES["default"]
-    with psycopg.connect(
-        host=db["HOST"], port=db["PORT"], user=db["USER"], dbname=db["NAME"], autocommit=True
-    ) as connection:
-        connection.execute(
-            "UPDATE telemetry_run SET accepted_at = accepted_at - interval '31 days' WHERE id = %s",
-            (run_id,),
-        )
+    committed(
+        "UPDATE telemetry_run SET accepted_at = accepted_at - interval '31 days' WHERE id = %s",
+        (run_id,),
+    )
     assert replay(mortar_server, tenant.secret, run_id).status_code == 410
 
 

@@ -20,8 +20,8 @@ from django.conf import settings
 from django.db import OperationalError
 from django.utils import timezone
 
+from accounts.models import Organization
 from config.celery import app as celery_app
-from gateway.models import Organization
 from telemetry.models import Run, RunChunk, UsageRollup
 from telemetry.tasks import purge_expired_runs, rollup_usage
 from tests.conftest import _server_env
@@ -173,6 +173,7 @@ def _wait_for(worker: Worker, done: Callable[[], bool], timeout: float = 60.0) -
     raise AssertionError(f"the worker did not finish within {timeout}s:\n{worker.log()}")
 
 
+@pytest.mark.redis
 def test_a_worker_purges_an_organization_s_expired_runs_and_forbidden_content(
     worker: Worker, committed: Committed
 ) -> None:
@@ -194,6 +195,7 @@ def test_a_worker_purges_an_organization_s_expired_runs_and_forbidden_content(
     assert RunChunk.objects.filter(run=refused).count() == 1
 
 
+@pytest.mark.redis
 def test_a_worker_keeps_the_hourly_usage_rollups(worker: Worker, committed: Committed) -> None:
     rollup_usage.apply_async(kwargs={"hours": 2}, queue=worker.queue)
 

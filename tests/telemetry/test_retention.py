@@ -10,7 +10,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from gateway.models import Organization
+from accounts.models import Organization
 from telemetry.models import Run, RunChunk
 from telemetry.services.retention import (
     PurgeCounts,

@@ -12,8 +12,8 @@ import pytest
 from django.core.cache import cache
 from django.core.management import call_command
 
-from gateway.models import ApiKey, Organization
-from gateway.services import key_create
+from accounts.models import ApiKey, Organization
+from accounts.services import key_create
 from telemetry.models import Run, UsageRollup
 from telemetry.services.rollups import (
     WATERMARK_KEY,

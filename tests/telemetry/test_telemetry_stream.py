@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import threading
-import time
 from decimal import Decimal
 
 import httpx
@@ -13,6 +10,7 @@ import pytest
 
 from tests.conftest import Tenant, manage, wait_for_run
 from tests.support.servers import ServerProcess
+from tests.support.telemetry import Subscriber
 from tests.support.upstreams import MockPair
 
 pytestmark = pytest.mark.django_db
@@ -28,63 +26,11 @@ def complete(server: ServerProcess, tenant: Tenant, **body) -> httpx.Response:
     )
 
 
-class Subscriber:
-    """Reads the telemetry stream on a thread, collecting (id, event) pairs."""
-
-    def __init__(self, server: ServerProcess, secret: str, **params: str) -> None:
-        self.events: list[tuple[str, dict]] = []
-        self._stop = threading.Event()
-        self._connected = threading.Event()
-        headers = {"Authorization": f"Bearer {secret}"}
-        if "last_event_id" in params:
-            headers["Last-Event-ID"] = params.pop("last_event_id")
-        self._thread = threading.Thread(
-            target=self._read, args=(server, headers, params), daemon=True
-        )
-        self._thread.start()
-        assert self._connected.wait(10)
-
-    def _read(self, server: ServerProcess, headers: dict, params: dict) -> None:
-        try:
-            self._read_events(server, headers, params)
-        except httpx.HTTPError:
-            if not self._stop.is_set():
-                raise
-
-    def _read_events(self, server: ServerProcess, headers: dict, params: dict) -> None:
-        with httpx.stream(
-            "GET",
-            f"{server.base_url}/v1/telemetry/stream",
-            headers=headers,
-            params=params,
-            timeout=httpx.Timeout(5, read=30),
-        ) as response:
-            event_id = None
-            for line in response.iter_lines():
-                self._connected.set()
-                if self._stop.is_set():
-                    return
-                if line.startswith("id: "):
-                    event_id = line[4:]
-                elif line.startswith("data: "):
-                    self.events.append((event_id, json.loads(line[6:])))
-
-    def wait_for(self, predicate, timeout: float = 10) -> None:  # type: ignore[no-untyped-def]
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if predicate([event for _, event in self.events]):
-                return
-            time.sleep(0.05)
-        raise AssertionError(f"not seen in {timeout}s: {[e['type'] for _, e in self.events]}")
-
-    def close(self) -> None:
-        self._stop.set()
-
-
 def finished(run_id: str):  # type: ignore[no-untyped-def]
     return lambda events: any(e["type"] == "cost" and e["runId"] == run_id for e in events)
 
 
+@pytest.mark.redis
 def test_one_subscriber_sees_the_events_of_both_processes(
     mortar_server, second_server, tenant
 ) -> None:
@@ -109,6 +55,7 @@ def test_one_subscriber_sees_the_events_of_both_processes(
     assert len(set(ids)) == len(ids)
 
 
+@pytest.mark.redis
 def test_a_reconnect_with_last_event_id_gets_what_it_missed(
     mortar_server, second_server, tenant
 ) -> None:
@@ -138,13 +85,18 @@ def test_the_stream_is_scoped_to_the_organization_and_filters_by_session(
     theirs = Subscriber(mortar_server, other_tenant.secret)
     other_session = complete(mortar_server, tenant, headers={"X-Mortar-Session": "another"})
     wanted = complete(mortar_server, tenant, headers={"X-Mortar-Session": "only-this"})
+    # One process publishes its events in order: by the time the wanted run's last event is
+    # read, an event of the earlier run in another session would have been read before it.
     mine.wait_for(finished(wanted.headers["X-Mortar-Run-Id"]))
-    time.sleep(0.3)
+    # The other organization's stream: a run of its own, published after ours, marks how far
+    # it has been read; anything of ours leaked into it would come before.
+    marker = complete(mortar_server, other_tenant).headers["X-Mortar-Run-Id"]
+    theirs.wait_for(finished(marker))
     mine.close()
     theirs.close()
     assert {e["runId"] for _, e in mine.events} == {wanted.headers["X-Mortar-Run-Id"]}
     assert other_session.headers["X-Mortar-Run-Id"] not in {e["runId"] for _, e in mine.events}
-    assert theirs.events == []
+    assert [e for _, e in theirs.events if e["runId"] != marker] == []
 
 
 def test_a_bad_last_event_id_is_refused(mortar_server, tenant) -> None:
@@ -201,3 +153,37 @@ models:
     cache = next(e for _, e in subscriber.events if e["type"] == "cache" and e["runId"] == run_id)
     assert (cache["cachedTokens"], cache["promptTokens"]) == (3, prompt)
     assert cache["replica"] == MockPair.url(upstream_models.a)
+
+
+def test_a_reconnect_to_the_same_process_with_last_event_id_gets_what_it_missed(
+    mortar_server, tenant
+) -> None:
+    first = Subscriber(mortar_server, tenant.secret)
+    seen = complete(mortar_server, tenant).headers["X-Mortar-Run-Id"]
+    first.wait_for(finished(seen))
+    first.close()
+    last_id = first.events[-1][0]
+
+    missed = [complete(mortar_server, tenant).headers["X-Mortar-Run-Id"] for _ in range(2)]
+    again = Subscriber(mortar_server, tenant.secret, last_event_id=last_id)
+    again.wait_for(lambda events: all(finished(r)(events) for r in missed))
+    again.close()
+    run_ids = {event["runId"] for _, event in again.events}
+    assert seen not in run_ids
+    assert set(missed) <= run_ids
+
+
+def test_a_subscriber_gets_every_event_published_once_it_is_connected(
+    mortar_server, tenant
+) -> None:
+    # "From now" means from the moment the client has its headers (`: connected`), not a little
+    # later: the starting point is fixed before the response starts.
+    for attempt in range(5):
+        subscriber = Subscriber(mortar_server, tenant.secret, session=f"from-now-{attempt}")
+        run_id = complete(
+            mortar_server, tenant, headers={"X-Mortar-Session": f"from-now-{attempt}"}
+        ).headers["X-Mortar-Run-Id"]
+        subscriber.wait_for(finished(run_id))
+        subscriber.close()
+        assert subscriber.events[0][1]["type"] == "request.accepted"
+        assert {event["runId"] for _, event in subscriber.events} == {run_id}

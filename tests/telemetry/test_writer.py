@@ -33,6 +33,7 @@ from telemetry.writer import (
     write_batch,
 )
 from tests.conftest import Tenant, stored_bytes
+from tests.support.waiting import wait_until_async
 
 pytestmark = pytest.mark.django_db
 
@@ -75,14 +76,6 @@ def assert_stored(run_id: str, data: bytes, chunks: int) -> None:
     assert run.chunk_count == chunks
     assert run.chunks.count() == chunks
     assert stored_bytes(run) == data
-
-
-async def wait_until(condition: Callable[[], bool], within: float = 10.0) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        await asyncio.sleep(0.02)
 
 
 def drive(scenario: Callable[[], Awaitable[None]]) -> None:
@@ -279,7 +272,7 @@ def test_a_writer_drains_a_leftover_spool_file_at_start(tenant: Tenant, tmp_path
     async def scenario() -> None:
         writer = RunWriter(batch_size=100, interval=0.01, spool_dir=tmp_path)
         writer.start()
-        await wait_until(lambda: not spool_files(tmp_path))
+        await wait_until_async(lambda: not spool_files(tmp_path))
         assert writer.spooled == 0
         await writer.close()
 
@@ -296,16 +289,16 @@ def test_while_the_database_is_away_rows_go_to_the_spool_and_come_back(
 
     async def scenario() -> None:
         writer = RunWriter(batch_size=10, interval=0.01, spool_dir=tmp_path)
-        writer_module._writers[asyncio.get_running_loop()] = writer
+        writer_module.run_writer.set(writer)
         try:
             outage.down = True
             for item in interleave(*(rows for _, rows, _ in before)):
                 writer.submit(item)
             # Everything queued moves to the spool, so memory doesn't grow with the outage.
-            await wait_until(lambda: writer.spooled == 66 and writer.depth == 0)
+            await wait_until_async(lambda: writer.spooled == 66 and writer.depth == 0)
             for item in interleave(*(rows for _, rows, _ in during)):
                 writer.submit(item)
-            await wait_until(lambda: writer.spooled == 132, within=15)
+            await wait_until_async(lambda: writer.spooled == 132, within=15)
             status = writer_module.writer_status()
             assert status["queue_depth"] == 0
             assert status["spooled"] == 132
@@ -320,7 +313,7 @@ def test_while_the_database_is_away_rows_go_to_the_spool_and_come_back(
             assert writer_module.writer_status()["lag_seconds"] == 0
             assert spool_files(tmp_path) == []
         finally:
-            writer_module._writers.pop(asyncio.get_running_loop(), None)
+            writer_module.run_writer.pop()
             await writer.close()
 
     drive(scenario)
@@ -333,6 +326,9 @@ def test_close_leaves_what_it_cannot_write_in_the_spool_for_the_next_start(
     tenant: Tenant, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     outage = Outage(monkeypatch)
+    # Were close to wait for the database instead of giving up after `write_for`, only the
+    # stuck-call timeout would end it: far past the deadline below.
+    monkeypatch.setattr(writer_module, "STUCK_SECONDS", 600.0)
     run_id, rows, data = run_rows(tenant.organization.id, 15)
 
     async def down_then_close() -> None:
@@ -340,9 +336,8 @@ def test_close_leaves_what_it_cannot_write_in_the_spool_for_the_next_start(
         outage.down = True
         for item in rows:
             writer.submit(item)
-        started = time.monotonic()
-        await writer.close(write_for=0.5)
-        assert time.monotonic() - started < 3
+        # The database stays down: close gives up on it after `write_for`.
+        await asyncio.wait_for(writer.close(write_for=0.5), timeout=60)
 
     drive(down_then_close)
     assert not Run.objects.filter(pk=run_id).exists()
@@ -353,7 +348,7 @@ def test_close_leaves_what_it_cannot_write_in_the_spool_for_the_next_start(
     async def next_start() -> None:
         writer = RunWriter(batch_size=100, interval=0.01, spool_dir=tmp_path)
         writer.start()
-        await wait_until(lambda: not spool_files(tmp_path))
+        await wait_until_async(lambda: not spool_files(tmp_path))
         await writer.close()
 
     drive(next_start)
@@ -368,9 +363,18 @@ def test_a_close_stuck_in_a_database_call_spools_the_queue_aside(
     real_write = writer_module.write_batch
     released = threading.Event()
 
+    entered = threading.Event()
+    returned = threading.Event()
+    calls: list[threading.Thread] = []
+
     def hang(items, *, replay=False):  # type: ignore[no-untyped-def]
-        released.wait(10)
-        raise OperationalError("server closed the connection unexpectedly")
+        calls.append(threading.current_thread())
+        entered.set()
+        try:
+            released.wait(60)
+            raise OperationalError("server closed the connection unexpectedly")
+        finally:
+            returned.set()
 
     monkeypatch.setattr(writer_module, "write_batch", hang)
     run_id, rows, data = run_rows(tenant.organization.id, 8)
@@ -379,12 +383,14 @@ def test_a_close_stuck_in_a_database_call_spools_the_queue_aside(
         writer = RunWriter(batch_size=100, interval=0.01, spool_dir=tmp_path)
         for item in rows:
             writer.submit(item)
-        await asyncio.sleep(0.1)  # the batch is in the database call by now
-        started = time.monotonic()
+        await wait_until_async(entered.is_set, message="the batch never reached the database")
         await writer.close(write_for=0.1)
-        assert time.monotonic() - started < 2
+        # Close came back while the database call still hangs: it did not wait for it.
+        assert not returned.is_set()
         released.set()
-        await asyncio.sleep(0.1)  # the thread comes back while the loop still runs
+        # The writer's thread comes back (and hands its error to the loop) while the loop runs.
+        await wait_until_async(lambda: not calls[0].is_alive(), message="the thread hangs on")
+        await asyncio.sleep(0)
 
     drive(stuck_then_close)
     assert len(spool_files(tmp_path)) == 1
@@ -393,7 +399,7 @@ def test_a_close_stuck_in_a_database_call_spools_the_queue_aside(
     async def next_start() -> None:
         writer = RunWriter(batch_size=100, interval=0.01, spool_dir=tmp_path)
         writer.start()
-        await wait_until(lambda: not spool_files(tmp_path))
+        await wait_until_async(lambda: not spool_files(tmp_path))
         await writer.close()
 
     drive(next_start)
@@ -438,11 +444,16 @@ def test_status_reports_depth_lag_and_spooled_rows(tenant: Tenant, settings) -> 
             "spooled": 0,
             "last_error": None,
         }
+        submitted = time.monotonic()
         writer_module.run_writer().submit(rows[0])
-        await asyncio.sleep(0.3)
-        status = writer_module.writer_status()
+        # The lag grows while the lone row waits for its batch …
+        status = await wait_until_async(
+            lambda: (now := writer_module.writer_status())["lag_seconds"] >= 0.3 and now
+        )
+        waited = time.monotonic() - submitted
         assert status["queue_depth"] == 1
-        assert 0.3 <= status["lag_seconds"] < 2
+        # … and is never more than the row has waited (reported to the millisecond).
+        assert 0.3 <= status["lag_seconds"] <= round(waited, 3) + 0.001
         assert status["spooled"] == 0
         assert status["last_error"] is None
         await writer_module.close_run_writer()  # writes it, without waiting for the batch

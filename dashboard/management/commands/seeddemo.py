@@ -15,8 +15,10 @@ from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from gateway.models import CatalogModel, Deployment, Organization
-from gateway.services import key_create
+from accounts.models import ApiKey, Organization
+from accounts.services import key_create
+from gateway.models import CatalogModel, Deployment
+from telemetry.costs import Prices, usage_cost
 from telemetry.models import Run
 from telemetry.services.rollups import usage_rollups_refresh
 
@@ -66,7 +68,7 @@ class Command(BaseCommand):
         usage_rollups_refresh(since=timezone.now() - timedelta(hours=26))
         self.stdout.write(f"Seeded {runs} runs; sign in as operator / {password}")
 
-    def _history(self, keys: list, count: int) -> None:  # type: ignore[type-arg]
+    def _history(self, keys: list[ApiKey], count: int) -> None:
         chance = random.Random(6)
         now = timezone.now()
         rows = []
@@ -82,9 +84,12 @@ class Command(BaseCommand):
             ttft = timedelta(milliseconds=chance.lognormvariate(5.0, 0.5))
             latency = ttft + timedelta(milliseconds=completion * chance.uniform(8, 20))
             failed = chance.random() < 0.03
-            cost = (
-                (prompt - cached) * price_in + cached * price_cached + completion * price_out
-            ) / 1_000_000
+            usage = {
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "prompt_tokens_details": {"cached_tokens": cached},
+            }
+            cost = usage_cost(usage, Prices(price_in, price_cached, price_out))
             rows.append(
                 Run(
                     id=f"chatcmpl-{chance.getrandbits(96):024x}",

@@ -2,7 +2,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from gateway.config_file import ConfigError, config_apply, parse_config
+from gateway.catalog.config_file import ConfigError, config_apply, parse_config
 
 
 class Command(BaseCommand):

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from gateway.models import Organization
+from accounts.models import Organization
 from telemetry.services.retention import BATCH_SIZE, runs_purge_expired
 
 

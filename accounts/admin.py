@@ -1,0 +1,76 @@
+"""The admin for organizations and keys: a new key's secret is shown once, never stored."""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from django.contrib import admin
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+
+from accounts.models import ApiKey, Organization
+from accounts.services import key_create
+
+if TYPE_CHECKING:
+    from django.contrib.admin.options import _FieldGroups
+    from django.utils.datastructures import _ListOrTuple
+
+
+@admin.register(Organization)
+class OrganizationAdmin(admin.ModelAdmin[Organization]):
+    list_display = ["name", "created_at"]
+    search_fields = ["name"]
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin[ApiKey]):
+    # A key is created from an organization and a name by `key_create` (as `manage.py
+    # createkey` does); its secret is shown once, on the page that answers the form, and is
+    # never stored. Afterwards only the name and the revocation can change.
+    list_display = ["prefix", "name", "organization", "created_at", "revoked_at"]
+    list_filter = ["organization"]
+    readonly_fields = ["organization", "prefix", "digest", "created_at"]
+    search_fields = ["prefix", "name"]
+
+    # The secret of a key this admin just created, for the one page that shows it.
+    _issued_secrets: weakref.WeakKeyDictionary[HttpRequest, str] = weakref.WeakKeyDictionary()
+
+    def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> _FieldGroups:
+        if obj is None:
+            return ["organization", "name"]
+        return super().get_fields(request, obj)
+
+    def get_readonly_fields(
+        self, request: HttpRequest, obj: ApiKey | None = None
+    ) -> _ListOrTuple[str]:
+        return [] if obj is None else self.readonly_fields
+
+    def save_model(self, request: HttpRequest, obj: ApiKey, form: Any, change: bool) -> None:
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        issued = key_create(organization=obj.organization, name=obj.name)
+        obj.pk, obj.prefix, obj.digest = issued.key.pk, issued.key.prefix, issued.key.digest
+        obj.created_at = issued.key.created_at
+        obj._state.adding = False
+        self._issued_secrets[request] = issued.secret
+
+    def response_add(
+        self, request: HttpRequest, obj: ApiKey, post_url_continue: str | None = None
+    ) -> HttpResponse:
+        # The secret goes straight into this one page, never into a message (which the
+        # cookie storage would keep on the client) nor the database.
+        response = TemplateResponse(
+            request,
+            "accounts/admin_key_secret.html",
+            {
+                **self.admin_site.each_context(request),
+                "key": obj,
+                "secret": self._issued_secrets.pop(request),
+                "opts": self.model._meta,
+                "title": "API key created",
+            },
+        )
+        response["Cache-Control"] = "no-store"
+        return response

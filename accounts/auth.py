@@ -1,0 +1,97 @@
+"""Authenticate API keys: `Authorization: Bearer` or `x-api-key` (PRODUCT.md decision 8).
+
+`authenticate()` does the work; `BearerKey` and `HeaderKey` are the ninja auth classes API
+operations declare (both accept either header: they exist as two so the OpenAPI document
+shows both ways of presenting a key).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from ninja.security.base import AuthBase
+
+from accounts.models import ApiKey
+from core.errors import AuthenticationError, Envelope
+from core.http.requests import AnyRequest
+from core.lookups import lookup_cache
+
+
+def key_digest(secret: str) -> str:
+    # Keys are long random secrets, so one SHA-256 is enough: nothing to brute-force.
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+def presented_key(request: AnyRequest) -> str:
+    """The key in `Authorization: Bearer …` or `x-api-key`, or an empty string."""
+    authorization = request.headers.get("Authorization", "").strip()
+    if authorization:
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() == "bearer" and token.strip():
+            return token.strip()
+    return request.headers.get("x-api-key", "").strip()
+
+
+async def authenticate(request: AnyRequest, *, style: Envelope = Envelope.OPENAI) -> ApiKey:
+    """Return the active key presented by the request, or raise `missing_key` / `invalid_key`.
+
+    Keys are cached per worker and dropped everywhere the moment any key changes
+    (`lookups.py`), so a revoked key fails on its next request on every worker.
+    """
+    secret = presented_key(request)
+    if not secret:
+        raise AuthenticationError(
+            "No API key was presented. Send `Authorization: Bearer <key>` or `x-api-key`.",
+            code="missing_key",
+            style=style,
+        )
+    digest = key_digest(secret)
+
+    def load() -> ApiKey | None:
+        return (
+            ApiKey.objects.select_related("organization")
+            .filter(digest=digest, revoked_at__isnull=True)
+            .first()
+        )
+
+    key = await lookup_cache().get("key", digest, load)
+    if key is None:
+        raise AuthenticationError(
+            "The API key is not valid or has been revoked.", code="invalid_key", style=style
+        )
+    return key
+
+
+class _KeyAuth(AuthBase):
+    """An operation's key check; its errors come in the route's envelope."""
+
+    def __init__(self, style: Envelope = Envelope.OPENAI) -> None:
+        self.style = style
+        super().__init__()
+
+    async def __call__(self, request: Any) -> ApiKey:
+        return await authenticate(request, style=self.style)
+
+
+class BearerKey(_KeyAuth):
+    openapi_type = "http"
+    openapi_scheme = "bearer"
+
+
+class HeaderKey(_KeyAuth):
+    openapi_type = "apiKey"
+    openapi_in = "header"
+    openapi_name = "x-api-key"
+
+
+def api_key_auth(style: Envelope = Envelope.OPENAI) -> list[_KeyAuth]:
+    """The `auth=` of an API operation: a Mortar key, sent either way."""
+    return [BearerKey(style), HeaderKey(style)]
+
+
+def key_of(request: Any) -> ApiKey:
+    """The key an operation's auth accepted (ninja keeps it on the request as `auth`)."""
+    key = getattr(request, "auth", None)
+    assert isinstance(key, ApiKey), "the operation declares no key auth"
+    return key

@@ -1,0 +1,73 @@
+"""The API under /v1/: every app's ninja router, assembled, with one way to render errors.
+
+/v1/openapi.json describes every operation from its declared schemas; /v1/docs is Swagger UI on
+it, served from ninja's bundled assets (`ninja` is an installed app), so it works offline.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from ninja import NinjaAPI, Swagger
+from ninja.errors import AuthenticationError as NinjaAuthenticationError
+from ninja.errors import HttpError
+from ninja.errors import ValidationError as NinjaValidationError
+from ninja.openapi.schema import OpenAPISchema
+
+from core.errors import AuthenticationError, InvalidRequest, MortarError, error_for_status
+from core.http.openapi import add_components
+from core.http.responses import DeferredResponse, error_response
+from gateway.api import router as gateway_router
+from replay.api import router as replay_router
+from telemetry.api import router as telemetry_router
+
+
+class MortarApi(NinjaAPI):
+    """The NinjaAPI whose document also holds the schemas operations name in `openapi_extra`,
+    and whose operations' temporal responses are built only when used."""
+
+    def create_temporal_response(self, request: HttpRequest) -> HttpResponse:
+        return DeferredResponse(self.get_content_type())
+
+    def get_openapi_schema(
+        self, *, path_prefix: str | None = None, path_params: dict[str, Any] | None = None
+    ) -> OpenAPISchema:
+        document = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
+        document.update(add_components(document))
+        return document
+
+
+api = MortarApi(
+    title="Mortar",
+    version="1",
+    description="A self-hosted, OpenAI-compatible LLM gateway with a complete audit trail.",
+    urls_namespace="v1",
+    docs_url="/docs",
+    # No validator badge fetched from swagger.io: the docs work offline.
+    docs=Swagger(settings={"validatorUrl": None}),
+)
+api.add_router("/", gateway_router)
+api.add_router("/telemetry", telemetry_router)
+api.add_router("/", replay_router)
+
+
+@api.exception_handler(MortarError)
+def on_mortar_error(request: HttpRequest, exc: MortarError) -> HttpResponse:
+    return error_response(exc)
+
+
+@api.exception_handler(NinjaValidationError)
+def on_validation_error(request: HttpRequest, exc: NinjaValidationError) -> HttpResponse:
+    # Never a 422 (PRODUCT.md decision 3).
+    return error_response(InvalidRequest(f"The request is not valid: {exc.errors}"))
+
+
+@api.exception_handler(NinjaAuthenticationError)
+def on_authentication_error(request: HttpRequest, exc: NinjaAuthenticationError) -> HttpResponse:
+    return error_response(AuthenticationError("The API key is not valid.", code="invalid_key"))
+
+
+@api.exception_handler(HttpError)
+def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    return error_response(error_for_status(exc.status_code, str(exc)))

@@ -1,0 +1,207 @@
+"""The production backplane: Redis, shared by every worker process.
+
+Three connections per event loop, each for what it does best:
+
+- the pipelined connection (`pipelined.py`) for what nothing waits on — stream appends, reply
+  pushes, the dashboard group's size: packed by hiredis, written once per pass of the loop;
+- the broadcast listener (`broadcast.py`), one pub/sub connection on every broadcast channel;
+- a redis-py client for what is awaited: publishing, claims, blocking pops, stream reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import redis
+import redis.asyncio as redis_async
+
+from core.backplane.base import NO_ENTRY, Backplane, Stream
+from core.backplane.broadcast import BroadcastListener
+from core.backplane.pipelined import PipelinedConnection, pack
+from core.ids import new_hex_id
+
+PING_SECONDS = 2.0
+DELETE_IF_EQUAL = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
+def _bytes(value: bytes | str) -> bytes:
+    # The client does not decode responses: what Redis answers is bytes.
+    return value if isinstance(value, bytes) else value.encode()
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def broadcast_prefix(prefix: str) -> str:
+    return f"{prefix}:broadcast:"
+
+
+class RedisStream(Stream):
+    """A Redis Stream; appends are XADDs on the pipelined connection, never awaited."""
+
+    def __init__(
+        self, key: str, maxlen: int, pipelined: PipelinedConnection, client: redis_async.Redis
+    ) -> None:
+        self._key = key
+        self._client = client
+        self._send_packed = pipelined.send_packed
+        # `XADD {key} MAXLEN ~ {maxlen} * data {payload}`, packed once less the payload (the
+        # ninth argument, appended per entry).
+        head = pack(b"XADD", key, b"MAXLEN", b"~", maxlen, b"*", b"data", b"")
+        self._head = head.removesuffix(b"$0\r\n\r\n")
+
+    def append(self, payload: bytes) -> None:
+        self._send_packed(b"%b$%d\r\n%b\r\n" % (self._head, len(payload), payload))
+
+    async def read(self, after: str, block: float, count: int = 500) -> list[tuple[str, bytes]]:
+        # XREAD's BLOCK 0 waits forever; no block at all is what 0 means here.
+        wait_ms = int(block * 1000) or None
+        reply = await self._client.xread({self._key: after}, block=wait_ms, count=count)
+        assert isinstance(reply, list | type(None))  # RESP2: [[key, [(id, fields), …]], …]
+        return [
+            (_text(entry_id), _bytes(fields[b"data"]))
+            for _, entries in reply or ()
+            for entry_id, fields in entries
+        ]
+
+    async def last_id(self) -> str:
+        entries = await self._client.xrevrange(self._key, count=1)
+        return _text(entries[0][0]) if entries and entries[0][0] else NO_ENTRY
+
+
+class RedisBackplane(Backplane):
+    """This event loop's connections to the Redis every worker shares."""
+
+    name = "redis"
+    shared = True
+
+    def __init__(self, url: str, prefix: str) -> None:
+        super().__init__()
+        self._url = url
+        self._prefix = prefix
+        self._client = redis_async.from_url(url)
+        self._pipelined = PipelinedConnection(url)
+        self._listener = BroadcastListener(self._client, broadcast_prefix(prefix), self._deliver)
+        self._streams: dict[str, RedisStream] = {}
+        self._group_sizes: dict[str, bytes | None] = {}  # a packed ZCARD per group, or None
+
+    def _key(self, name: str) -> str:
+        return f"{self._prefix}:{name}"
+
+    # --- broadcast
+
+    async def start(self) -> None:
+        if await self._listener.start():
+            await self._pipelined.barrier()  # connected too, so the first write is as quick
+
+    async def close(self) -> None:
+        await self._listener.close()
+        self._pipelined.write_now()
+        self._pipelined.close()
+        await self._client.aclose()
+
+    async def publish(self, channel: str, message: str) -> int:
+        listeners: int = await self._client.publish(
+            broadcast_prefix(self._prefix) + channel, message
+        )
+        return listeners
+
+    # --- reply lists
+
+    def new_reply_list(self) -> str:
+        return self._key(f"replies:{new_hex_id()}")
+
+    def push_reply(self, address: str, reply: bytes, ttl: int) -> None:
+        self._pipelined.send_packed(pack(b"RPUSH", address, reply))
+        self._pipelined.send_packed(pack(b"EXPIRE", address, ttl))
+        self._pipelined.write_now()
+
+    async def pop_reply(self, address: str, wait: float) -> bytes | None:
+        reply = await self._client.blpop([address], timeout=wait)
+        return _bytes(reply[1]) if reply is not None else None
+
+    async def drop_reply_list(self, address: str) -> None:
+        await self._client.delete(address)
+
+    # --- keys
+
+    async def set_if_absent(self, key: str, value: bytes, ttl: int) -> bool:
+        return bool(await self._client.set(self._key(key), value, nx=True, ex=ttl))
+
+    async def set(self, key: str, value: bytes, ttl: int) -> None:
+        await self._client.set(self._key(key), value, ex=ttl)
+
+    async def get(self, key: str) -> bytes | None:
+        value = await self._client.get(self._key(key))
+        return None if value is None else _bytes(value)
+
+    async def delete_if_equal(self, key: str, value: bytes) -> bool:
+        return bool(await self._client.eval(DELETE_IF_EQUAL, 1, self._key(key), value))
+
+    # --- streams and writes nobody waits for
+
+    def stream(self, name: str, maxlen: int) -> RedisStream:
+        stream = self._streams.get(name)
+        if stream is None:
+            stream = RedisStream(self._key(name), maxlen, self._pipelined, self._client)
+            self._streams[name] = stream
+        return stream
+
+    def send_now(self) -> None:
+        self._pipelined.write_now()
+
+    async def barrier(self) -> None:
+        await self._pipelined.barrier()
+
+    def if_group_has_members(self, layer: Any, group: str, then: Callable[[], None]) -> None:
+        if group not in self._group_sizes:
+            on_our_redis = _is_on_redis(layer, self._url)
+            self._group_sizes[group] = (
+                pack(b"ZCARD", layer._group_key(group)) if on_our_redis else None
+            )
+        group_size = self._group_sizes[group]
+        if group_size is None:
+            then()  # a layer elsewhere: its groups are not ours to count
+            return
+
+        def counted(reply: Any) -> None:
+            if isinstance(reply, int) and reply > 0:
+                then()
+
+        self._pipelined.send_packed(group_size, counted)
+
+    async def ping(self) -> None:
+        await asyncio.wait_for(self._client.ping(), PING_SECONDS)
+
+
+def publish_from_sync(url: str, prefix: str, channel: str, message: str) -> None:
+    """Publish from synchronous code (signals, management commands), on a connection of its
+    own."""
+    client = redis.Redis.from_url(url)
+    try:
+        client.publish(broadcast_prefix(prefix) + channel, message)
+    finally:
+        client.close()
+
+
+def _is_on_redis(layer: Any, url: str) -> bool:
+    """Whether the channel layer is channels-redis on this Redis alone (its groups are then
+    sorted sets the pipelined connection can count)."""
+    try:
+        from channels_redis.core import RedisChannelLayer
+    except ImportError:
+        return False
+    return (
+        isinstance(layer, RedisChannelLayer)
+        and len(layer.hosts) == 1
+        and layer.hosts[0].get("address") == url
+        and hasattr(layer, "_group_key")
+    )

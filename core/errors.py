@@ -1,0 +1,211 @@
+"""Mortar's error vocabulary, and the one place its envelopes are built.
+
+    MortarError                     500 server_error / internal_error
+    ├── InvalidRequest              400 invalid_request_error
+    │   ├── InvalidJson             400 invalid_json
+    │   ├── InvalidParameter        400 invalid_parameter
+    │   ├── InvalidRole             400 invalid_role
+    │   ├── InvalidTools            400 invalid_tools
+    │   ├── InvalidToolChoice       400 invalid_tool_choice
+    │   └── ContextLengthExceeded   400 context_length_exceeded
+    ├── AuthenticationError         401 missing_key / invalid_key
+    ├── RouteNotFound               404 not_found
+    ├── ModelNotFound               404 model_not_found
+    ├── MethodNotAllowed            405 method_not_allowed
+    ├── IdempotencyConflict         409 idempotency_conflict
+    ├── RunGone                     410 run_gone
+    ├── RequestTooLarge             413 request_too_large
+    ├── HttpStatusError             any other status Django or ninja answered with
+    ├── ModelNotAvailable           503 model_not_available
+    └── UpstreamError               502 upstream_error       (a model server failed)
+        ├── GenerationFailed        502 upstream_error       (the generation broke mid-stream)
+        ├── UpstreamUnavailable     503 upstream_unavailable (could not be reached)
+        ├── UpstreamTimeout         504 upstream_timeout
+        └── UpstreamRejected        its 4xx, upstream_error  (it refused the request)
+
+Every error carries the HTTP status, the envelope's ``type`` and ``code`` and, where one field
+is to blame, its ``param``. The status, type and code of a class are fixed; only
+`UpstreamRejected` and `HttpStatusError` take theirs from what was answered.
+
+An error is rendered in one of two envelopes (`envelope`): the OpenAI one every route uses
+(PRODUCT.md decision 3), and Arkor's flat one of the replay route.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+
+class Envelope(Enum):
+    OPENAI = "openai"  # {"error": {"message", "type", "param", "code"}}
+    FLAT = "flat"  # {"error": "…", "code": "…"} (Arkor's, on the replay route)
+
+
+class MortarError(Exception):
+    status = 500
+    type = "server_error"
+    code = "internal_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        style: Envelope = Envelope.OPENAI,
+    ):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        # The envelope of the route that raises it, for the API's one exception handler.
+        self.style = style
+        if code is not None:
+            self.code = code
+
+
+class InvalidRequest(MortarError):
+    status = 400
+    type = "invalid_request_error"
+    code = "invalid_request"
+
+
+class InvalidJson(InvalidRequest):
+    code = "invalid_json"
+
+
+class InvalidParameter(InvalidRequest):
+    code = "invalid_parameter"
+
+
+class InvalidRole(InvalidRequest):
+    code = "invalid_role"
+
+
+class InvalidTools(InvalidRequest):
+    code = "invalid_tools"
+
+
+class InvalidToolChoice(InvalidRequest):
+    code = "invalid_tool_choice"
+
+
+class ContextLengthExceeded(InvalidRequest):
+    code = "context_length_exceeded"
+
+
+class AuthenticationError(MortarError):
+    status = 401
+    type = "authentication_error"
+    code = "invalid_key"
+
+
+class RouteNotFound(MortarError):
+    status = 404
+    type = "invalid_request_error"
+    code = "not_found"
+
+
+class ModelNotFound(MortarError):
+    status = 404
+    type = "invalid_request_error"
+    code = "model_not_found"
+
+
+class MethodNotAllowed(MortarError):
+    status = 405
+    type = "invalid_request_error"
+    code = "method_not_allowed"
+
+
+class IdempotencyConflict(MortarError):
+    """The same `Idempotency-Key` with a different request while the first one runs."""
+
+    status = 409
+    type = "invalid_request_error"
+    code = "idempotency_conflict"
+
+
+class RunGone(MortarError):
+    """A run that is unknown, expired, content-less or another organization's (replay)."""
+
+    status = 410
+    type = "invalid_request_error"
+    code = "run_gone"
+
+
+class RequestTooLarge(MortarError):
+    status = 413
+    type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class HttpStatusError(MortarError):
+    """A status Django or ninja answered with by themselves (never one Mortar raises)."""
+
+    code = "http_error"
+
+    def __init__(self, message: str, *, status: int):
+        super().__init__(message)
+        self.status = status
+        self.type = "invalid_request_error" if status < 500 else "server_error"
+
+
+class ModelNotAvailable(MortarError):
+    status = 503
+    type = "server_error"
+    code = "model_not_available"
+
+
+class UpstreamError(MortarError):
+    status = 502
+    type = "upstream_error"
+    code = "upstream_error"
+
+
+class GenerationFailed(UpstreamError):
+    """The generation broke in a way that is no model server's fault (logged with its cause)."""
+
+
+class UpstreamUnavailable(UpstreamError):
+    status = 503
+    code = "upstream_unavailable"
+
+
+class UpstreamTimeout(UpstreamError):
+    status = 504
+    code = "upstream_timeout"
+
+
+class UpstreamRejected(UpstreamError):
+    """A model server's 4xx: its status and message, in Mortar's envelope; never retried."""
+
+    type = "invalid_request_error"
+
+    def __init__(self, message: str, *, status: int):
+        super().__init__(message)
+        self.status = status
+
+
+def error_for_status(status: int, message: str) -> MortarError:
+    """The error for a status answered outside Mortar's code (the router, the method check)."""
+    if status == 404:
+        return RouteNotFound(message)
+    if status == 405:
+        return MethodNotAllowed(message)
+    return HttpStatusError(message, status=status)
+
+
+def envelope(error: MortarError, style: Envelope | None = None) -> dict[str, Any]:
+    """The error's body, in the envelope of the route that answers it (its own by default)."""
+    style = style or error.style
+    if style is Envelope.FLAT:
+        return {"error": error.message, "code": error.code}
+    return {
+        "error": {
+            "message": error.message,
+            "type": error.type,
+            "param": error.param,
+            "code": error.code,
+        }
+    }

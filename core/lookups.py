@@ -1,0 +1,69 @@
+"""Cached reads for the hot path: API keys and catalog models, without a database round trip.
+
+Each worker keeps what it looked up. Any change to a key, an organization, a model or a
+deployment — a revocation included — is announced to every worker (`core.backplane`), which
+drops its cache at once, so a revoked key fails on its next request everywhere (PRODUCT.md
+decision 8). Entries also expire after `MAX_AGE_SECONDS`, in case an announcement is lost.
+On a backplane that other processes cannot reach (the embedded default's, in memory) nothing
+is cached: `manage.py revokekey` could not tell us.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar, cast
+
+from django.db.models import Model
+from django.db.models.signals import post_delete, post_save
+
+from core.backplane import backplane, publish_from_sync
+from core.db import database_read
+from core.loops import PerLoop
+
+MAX_AGE_SECONDS = 60.0
+CHANNEL = "lookups"
+T = TypeVar("T")
+
+
+class LookupCache:
+    def __init__(self) -> None:
+        self._entries: dict[tuple[str, str], tuple[float, object]] = {}
+        self._backplane = backplane()
+        self._backplane.on(CHANNEL, lambda message: self._entries.clear())
+
+    async def start(self) -> None:
+        await self._backplane.start()
+
+    async def get(self, kind: str, key: str, load: Callable[[], T]) -> T:
+        """The cached value, or `load()` (a synchronous ORM read, run off the event loop)."""
+        if not self._backplane.shared:
+            return await database_read(load)
+        now = time.monotonic()
+        entry = self._entries.get((kind, key))
+        if entry is not None and now - entry[0] < MAX_AGE_SECONDS:
+            # Stored by a `load` of this kind, for this key: the type `load` returns.
+            return cast(T, entry[1])
+        await self.start()  # subscribed before caching anything
+        value = await database_read(load)
+        if value is not None:
+            self._entries[(kind, key)] = (now, value)
+        return value
+
+
+lookup_cache = PerLoop(LookupCache)
+
+
+def announce_change(sender: type, **kwargs: object) -> None:
+    """Signal receiver: tell every worker to drop its cached keys and models."""
+    publish_from_sync(CHANNEL, sender.__name__)
+
+
+def forget_lookups_when_saved(*models: type[Model]) -> None:
+    """Drop every worker's cached lookups whenever a row of these models changes (apps call
+    this from `AppConfig.ready` for the models their lookups read)."""
+    for model in models:
+        post_save.connect(announce_change, sender=model, dispatch_uid=f"lookups-{model.__name__}")
+        post_delete.connect(
+            announce_change, sender=model, dispatch_uid=f"lookups-del-{model.__name__}"
+        )

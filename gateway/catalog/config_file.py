@@ -1,0 +1,175 @@
+"""The declarative configuration file that `manage.py applyconfig FILE.yaml` applies.
+
+    deployments:
+      - name: vllm-a
+        upstreams: ["http://127.0.0.1:9001/v1", "http://127.0.0.1:9002/v1"]
+        upstream_model: Qwen/Qwen2.5-7B-Instruct   # the name the model server expects
+        api_key_env: VLLM_API_KEY                  # optional
+        stream: true                               # optional: the `stream` default
+        optimizer: shadow                          # optional: shadow | on | off
+        timeouts: {connect: 5, first_byte: 60, between_chunks: 60, total: 600}  # optional
+    models:
+      - id: qwen-upstream                          # the name clients send
+        deployment: vllm-a
+        context_window: 32768
+        vision: false                              # optional
+        deployed: true                             # optional
+        prices: {input: 0.20, cached_input: 0.05, output: 0.60}  # per million tokens
+    organizations:
+      - name: acme
+        retention: full                            # optional: full | metadata
+        retention_days: 30                         # optional
+        optimize_default: "on"                     # optional: on | off
+
+Applying is idempotent: each entry is created or updated by its name; nothing is deleted.
+A deployment without `upstreams` is a scripted one (`scripted_delay_ms` sets its pace).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any, Literal
+
+import yaml
+from django.db import transaction
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from accounts.models import Organization
+from gateway.models import CatalogModel, Deployment
+
+
+class ConfigError(ValueError):
+    pass
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Timeouts(_Strict):
+    connect: float = Field(5.0, gt=0)
+    first_byte: float = Field(60.0, gt=0)
+    between_chunks: float = Field(60.0, gt=0)
+    total: float = Field(600.0, gt=0)
+
+
+class DeploymentEntry(_Strict):
+    name: str = Field(min_length=1, max_length=100)
+    upstreams: list[str] = Field(default_factory=list)
+    upstream_model: str = ""
+    api_key_env: str = ""
+    stream: bool = True
+    scripted_delay_ms: int = Field(0, ge=0)
+    optimizer: Literal["shadow", "on", "off"] = "shadow"
+    timeouts: Timeouts = Field(default_factory=lambda: Timeouts())
+
+    @field_validator("upstreams")
+    @classmethod
+    def _urls(cls, upstreams: list[str]) -> list[str]:
+        for url in upstreams:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"{url!r} is not an http(s) base URL such as http://host:8000/v1")
+        if len(set(upstreams)) != len(upstreams):
+            raise ValueError("an upstream is listed twice")
+        return [url.rstrip("/") for url in upstreams]
+
+
+class Prices(_Strict):
+    input: Decimal = Field(Decimal(0), ge=0)
+    cached_input: Decimal = Field(Decimal(0), ge=0)
+    output: Decimal = Field(Decimal(0), ge=0)
+
+
+class ModelEntry(_Strict):
+    id: str = Field(min_length=1, max_length=200)
+    deployment: str
+    context_window: int = Field(4096, gt=0)
+    vision: bool = False
+    deployed: bool = True
+    prices: Prices = Field(default_factory=lambda: Prices())
+
+
+class OrganizationEntry(_Strict):
+    name: str = Field(min_length=1, max_length=200)
+    retention: Literal["full", "metadata"] = "full"
+    retention_days: int = Field(30, gt=0)
+    optimize_default: Literal["on", "off"] = "on"
+
+
+class ConfigFile(_Strict):
+    deployments: list[DeploymentEntry] = Field(default_factory=list)
+    models: list[ModelEntry] = Field(default_factory=list)
+    organizations: list[OrganizationEntry] = Field(default_factory=list)
+
+
+def parse_config(text: str) -> ConfigFile:
+    try:
+        data: Any = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"The file is not valid YAML: {exc}") from None
+    try:
+        return ConfigFile.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}"
+            for error in exc.errors()
+        )
+        raise ConfigError(f"The configuration is not valid: {problems}") from None
+
+
+@transaction.atomic
+def config_apply(config: ConfigFile) -> list[str]:
+    """Create or update everything in the file; return one line per change."""
+    changes: list[str] = []
+    known = {entry.name for entry in config.deployments} | set(
+        Deployment.objects.values_list("name", flat=True)
+    )
+    for model in config.models:
+        if model.deployment not in known:
+            raise ConfigError(
+                f"model {model.id!r} names an unknown deployment {model.deployment!r}"
+            )
+
+    for entry in config.deployments:
+        _, created = Deployment.objects.update_or_create(
+            name=entry.name,
+            defaults={
+                "kind": Deployment.Kind.UPSTREAM if entry.upstreams else Deployment.Kind.SCRIPTED,
+                "upstreams": entry.upstreams,
+                "upstream_model": entry.upstream_model,
+                "api_key_env": entry.api_key_env,
+                "stream_default": entry.stream,
+                "scripted_delay_ms": entry.scripted_delay_ms,
+                "optimizer_mode": entry.optimizer,
+                "connect_timeout_s": entry.timeouts.connect,
+                "first_byte_timeout_s": entry.timeouts.first_byte,
+                "chunk_timeout_s": entry.timeouts.between_chunks,
+                "total_timeout_s": entry.timeouts.total,
+            },
+        )
+        changes.append(f"{'created' if created else 'updated'} deployment {entry.name}")
+    for model in config.models:
+        _, created = CatalogModel.objects.update_or_create(
+            id=model.id,
+            defaults={
+                "deployment": Deployment.objects.get(name=model.deployment),
+                "context_window": model.context_window,
+                "vision": model.vision,
+                "deployed": model.deployed,
+                "price_input": model.prices.input,
+                "price_cached_input": model.prices.cached_input,
+                "price_output": model.prices.output,
+            },
+        )
+        changes.append(f"{'created' if created else 'updated'} model {model.id}")
+    for organization in config.organizations:
+        _, created = Organization.objects.update_or_create(
+            name=organization.name,
+            defaults={
+                "retention": organization.retention,
+                "retention_days": organization.retention_days,
+                "optimize_default": organization.optimize_default,
+            },
+        )
+        changes.append(f"{'created' if created else 'updated'} organization {organization.name}")
+    return changes

@@ -1,0 +1,221 @@
+"""Forward a chat request to a deployment's model servers, and relay what comes back.
+
+Only the fields PRODUCT.md decision 5 allows reach a model server — messages, tools,
+`tool_choice`, `parallel_tool_calls`, the planned output cap and the range-checked sampling
+fields — plus what Mortar itself needs to relay: the upstream's model name, `stream: true` and
+`stream_options.include_usage` (Mortar always streams from the model server, so it can relay,
+time and cut the reply, and ask for its usage). Nothing else: no key, no user, no headers.
+
+A replica that fails before its first chunk is marked failed for a cool-down and the request
+moves on to the next (`routing.py`); after the first chunk there is no retry. A model server
+that runs on past `max_tokens` is stopped at three times it plus 64 tokens by Mortar's count
+(spec, `finish_reason`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from core.errors import UpstreamError, UpstreamRejected, UpstreamTimeout
+from gateway.contract.chat import ChatRequest
+from gateway.generation.reply import REASONING_FIELDS, Delta, Deltas, Generation
+from gateway.models import Deployment
+from gateway.tokens import TokenCounter
+from gateway.upstream.client import ReplicaConfig, UpstreamStream, open_stream
+from gateway.upstream.replicas import replica_health, route_session
+
+
+def runon_limit(max_tokens: int) -> int:
+    return 3 * max_tokens + 64
+
+
+def upstream_body(chat: ChatRequest, *, upstream_model: str, max_tokens: int) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": upstream_model, "messages": chat.messages}
+    if chat.tools is not None:
+        body["tools"] = chat.tools
+    if chat.tool_choice is not None:
+        body["tool_choice"] = chat.tool_choice
+    if chat.parallel_tool_calls is not None:
+        body["parallel_tool_calls"] = chat.parallel_tool_calls
+    body["max_tokens"] = max_tokens
+    body.update(chat.sampling)
+    body["stream"] = True
+    body["stream_options"] = {"include_usage": True}
+    return body
+
+
+@dataclass
+class Forwarded:
+    deltas: Deltas
+    replica: str
+    session_kept: bool
+
+
+async def forward(
+    chat: ChatRequest,
+    *,
+    deployment: Deployment,
+    session: str,
+    max_tokens: int,
+    body: bytes,
+    generation: Generation,
+    counter: TokenCounter,
+) -> Forwarded:
+    """Open the reply on the session's replica (or the next ones); raise if none answers."""
+    route = route_session(session, deployment.upstreams, replica_health)
+    failure: UpstreamError | None = None
+    for replica in route.attempts:
+        config = ReplicaConfig.for_deployment(deployment, replica)
+        stream: UpstreamStream | None = None
+        try:
+            async with asyncio.timeout(deployment.first_byte_timeout_s):
+                stream = await open_stream(config, body)
+                chunks = stream.chunks()
+                first = await anext(chunks)
+        except UpstreamRejected:
+            raise  # the request's fault, not the replica's: another would refuse it too
+        except (UpstreamError, TimeoutError, StopAsyncIteration) as exc:
+            failure = _as_upstream_error(exc, replica)
+        except BaseException:
+            if stream is not None:
+                await stream.aclose()
+            raise
+        else:
+            relay = relay_chunks(
+                first,
+                chunks,
+                stream,
+                generation=generation,
+                counter=counter,
+                max_tokens=max_tokens,
+                deployment=deployment,
+            )
+            return Forwarded(deltas=relay, replica=replica, session_kept=replica == route.home)
+        if stream is not None:
+            await stream.aclose()
+        replica_health.mark_failed(replica)
+    raise failure or UpstreamError("The deployment has no model servers.")
+
+
+def _as_upstream_error(exc: BaseException, replica: str) -> UpstreamError:
+    if isinstance(exc, UpstreamError):
+        return exc
+    if isinstance(exc, TimeoutError):
+        return UpstreamTimeout(f"The model server at {replica} sent nothing in time.")
+    return UpstreamError(f"The model server at {replica} ended its reply before any content.")
+
+
+async def relay_chunks(
+    first: list[dict[str, Any]],
+    batches: AsyncIterator[list[dict[str, Any]]],
+    stream: UpstreamStream,
+    *,
+    generation: Generation,
+    counter: TokenCounter,
+    max_tokens: int,
+    deployment: Deployment,
+) -> Deltas:
+    """Yield the deltas of the model server's chunks, a list per batch of chunks that arrived
+    together (never empty), filling in `generation` as they pass.
+
+    The wait between chunks is the socket read timeout, plus a timer of our own only where
+    `between_chunks` is shorter than the first-byte wait; the total time is checked at every
+    batch.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + deployment.total_timeout_s
+    limit = runon_limit(max_tokens)
+    # A token is at least one byte, so the tokens counted so far plus the bytes since are a
+    # bound: the tokenizer runs only when that bound passes the limit, on the text since its
+    # last count — for most replies never, for a long one every few hundred bytes near the end.
+    chunk_timer = deployment.chunk_timeout_s < deployment.first_byte_timeout_s
+    tokens = 0  # counted
+    uncounted: list[str] = []
+    uncounted_bytes = 0
+    batch = first
+    try:
+        while True:
+            deltas: list[Delta] = []
+            for chunk in batch:
+                usage = chunk.get("usage")
+                if isinstance(usage, dict):
+                    generation.upstream_usage = usage
+                for delta, finish_reason in _deltas_of(chunk):
+                    if delta:
+                        text = _delta_text(delta)
+                        uncounted.append(text)
+                        uncounted_bytes += len(text.encode())
+                        if tokens + uncounted_bytes > limit:
+                            tokens += counter.count("".join(uncounted))
+                            uncounted.clear()
+                            uncounted_bytes = 0
+                            if tokens > limit:
+                                generation.cut_by_mortar = True
+                                generation.finish_reason = "length"
+                                if deltas:
+                                    yield deltas
+                                return  # closing the stream stops the model server generating
+                        generation.add_delta(delta)
+                        deltas.append(delta)
+                    if finish_reason:
+                        generation.finish_reason = finish_reason
+            if deltas:
+                yield deltas
+            if loop.time() > deadline:
+                raise UpstreamTimeout("The model server took too long in total.")
+            try:
+                if chunk_timer:
+                    async with asyncio.timeout(deployment.chunk_timeout_s):
+                        batch = await anext(batches)
+                else:
+                    batch = await anext(batches)
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                raise UpstreamTimeout("The model server took too long between chunks.") from None
+    finally:
+        generation.count_later = counter.count
+        await stream.aclose()
+
+
+def _deltas_of(chunk: dict[str, Any]) -> list[tuple[dict[str, Any], str | None]]:
+    """The relayable delta of each choice (Mortar serves one), without the role or empties."""
+    choices = chunk.get("choices")
+    if not isinstance(choices, list):
+        return []
+    found = []
+    for choice in choices[:1]:
+        if not isinstance(choice, dict):
+            continue
+        raw = choice.get("delta")
+        delta = {
+            key: value
+            for key, value in (raw.items() if isinstance(raw, dict) else ())
+            if key != "role" and value is not None and value != ""
+        }
+        finish = choice.get("finish_reason")
+        found.append((delta, finish if isinstance(finish, str) else None))
+    return found
+
+
+def _delta_text(delta: dict[str, Any]) -> str:
+    """The generated text in a delta: content, reasoning, tool names and arguments."""
+    parts = [
+        delta[name] for name in ("content", *REASONING_FIELDS) if isinstance(delta.get(name), str)
+    ]
+    for call in delta.get("tool_calls") or ():
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            parts.extend(
+                function[key] for key in ("name", "arguments") if isinstance(function.get(key), str)
+            )
+    return "".join(parts)
+
+
+def encode_body(body: dict[str, Any]) -> bytes:
+    return orjson.dumps(body)

@@ -1,0 +1,69 @@
+"""Accept a request: give it its run (the completion id), and read its body against the limit."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from django.conf import settings
+
+from accounts.models import ApiKey, Organization
+from core.errors import RequestTooLarge
+from core.http.requests import AnyRequest, body_of, request_id_of
+from core.ids import new_hex_id
+from telemetry.events import event_publisher
+from telemetry.recording import RunRecorder
+from telemetry.writer import run_writer
+
+# A refused body is kept for debugging, but a 4 MiB one is not worth keeping whole.
+REFUSED_BODY_KEEP_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Accepted:
+    completion_id: str  # the run id too (PRODUCT.md decision 11)
+    accepted_at: datetime
+    created: int
+
+
+def accept() -> Accepted:
+    """Give the request its completion id (`chatcmpl-` + 24 hex) and acceptance time."""
+    now = time.time()
+    return Accepted(
+        completion_id=f"chatcmpl-{new_hex_id()}",
+        accepted_at=datetime.fromtimestamp(now, UTC),
+        created=int(now),
+    )
+
+
+def run_recorder(accepted: Accepted, key: ApiKey, request: AnyRequest) -> RunRecorder:
+    """The recorder of the request's run: a run of the key's organization from now on."""
+    organization = key.organization
+    recorder = RunRecorder(
+        run_id=accepted.completion_id,
+        accepted_at=accepted.accepted_at,
+        organization_id=organization.id,
+        writer=run_writer(),
+        events=event_publisher(),
+        keep_content=organization.retention == Organization.Retention.FULL,
+    )
+    recorder.set(api_key_id=key.id, request_id=request_id_of(request))
+    return recorder
+
+
+def read_body(request: AnyRequest, recorder: RunRecorder) -> bytes:
+    """The body as received, recorded with the run; over the limit it is a 413."""
+    body, size = body_of(request)
+    limit = settings.MORTAR_MAX_BODY_BYTES
+    if size > limit:
+        recorder.set(
+            request_body=body[:REFUSED_BODY_KEEP_BYTES],
+            request_bytes=size,
+            request_truncated=True,
+        )
+        raise RequestTooLarge(
+            f"The request body is {size} bytes; the limit is {limit} bytes (4 MiB)."
+        )
+    recorder.set(request_body=body, request_bytes=len(body))
+    return body

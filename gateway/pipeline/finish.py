@@ -1,0 +1,71 @@
+"""Finish a request that does not generate: a refusal, or an answer shared from a leader."""
+
+from __future__ import annotations
+
+import asyncio
+from decimal import Decimal
+from typing import Any
+
+import orjson
+from django.http import HttpResponse
+
+from core.errors import MortarError, UpstreamTimeout
+from core.http.responses import error_response
+from gateway.coordination.dedupe import Answer, Claim
+from gateway.pipeline.plan import Plan
+from telemetry.models import Run
+from telemetry.recording import RunRecorder
+
+
+def refuse(error: MortarError, recorder: RunRecorder, plan: Plan) -> HttpResponse:
+    """Answer with the error envelope, and record the run with it."""
+    response = error_response(error, plan.headers())
+    recorder.chunk(response.content)
+    recorder.close(
+        status=Run.Status.REFUSED if error.status < 500 else Run.Status.FAILED,
+        http_status=error.status,
+        error_code=error.code,
+        error_message=error.message,
+    )
+    return response
+
+
+async def share(claim: Claim, recorder: RunRecorder, plan: Plan) -> HttpResponse:
+    """Return the leader's answer as this request's own, stored as a run of its own.
+
+    A shared run costs nothing: the leader's run carries the generation's cost.
+    """
+    assert plan.deployment is not None
+    try:
+        async with asyncio.timeout(plan.deployment.total_timeout_s + 30):
+            answer = await claim.wait()
+    except TimeoutError:
+        return refuse(UpstreamTimeout("The shared generation took too long."), recorder, plan)
+    except MortarError as error:
+        return refuse(error, recorder, plan)
+    plan.dedupe_role, plan.answered_by = "shared", claim.leader_id
+    response = HttpResponse(
+        answer.body, status=answer.status, content_type=answer.content_type, headers=plan.headers()
+    )
+    usage = shared_usage(answer)
+    recorder.chunk(answer.body)
+    recorder.close(
+        status=Run.Status.COMPLETED if answer.status == 200 else Run.Status.FAILED,
+        http_status=answer.status,
+        dedupe_role="shared",
+        dedupe_leader=claim.leader_id,
+        usage=usage,
+        usage_source=Run.UsageSource.UPSTREAM if usage else "",
+        completion_tokens=(usage or {}).get("completion_tokens"),
+        total_tokens=(usage or {}).get("total_tokens"),
+        cost=Decimal(0),
+    )
+    return response
+
+
+def shared_usage(answer: Answer) -> dict[str, Any] | None:
+    """The leader's usage, as the shared body reports it (recorded, but never billed twice)."""
+    if answer.status != 200 or not answer.content_type.startswith("application/json"):
+        return None
+    usage = orjson.loads(answer.body).get("usage")
+    return usage if isinstance(usage, dict) else None

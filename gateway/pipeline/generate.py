@@ -1,0 +1,111 @@
+"""Start the generation — scripted, or forwarded to the session's replica — and relay it."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.http import HttpResponse
+
+from accounts.models import Organization
+from core.errors import MortarError
+from core.http.responses import EventStreamResponse
+from gateway.coordination.stop import live_generations
+from gateway.generation.forwarding import encode_body, forward, upstream_body
+from gateway.generation.reply import Deltas, Generation
+from gateway.generation.scripted import ScriptedModel, one_per_batch
+from gateway.models import Deployment
+from gateway.pipeline.accept import Accepted
+from gateway.pipeline.finish import refuse
+from gateway.pipeline.plan import Plan
+from gateway.relay.chunks import ChunkEncoder
+from gateway.relay.json import json_response
+from gateway.relay.relay import Relay
+from gateway.relay.sse import streaming_response
+from telemetry.models import Run
+from telemetry.recording import RunRecorder
+
+
+async def generate(
+    plan: Plan,
+    accepted: Accepted,
+    organization: Organization,
+    recorder: RunRecorder,
+) -> HttpResponse | EventStreamResponse:
+    """Generate the planned reply and relay it, as a stream or one JSON body."""
+    chat, model, deployment, counter = plan.chat, plan.model, plan.deployment, plan.counter
+    assert chat is not None and model is not None and deployment is not None
+    assert counter is not None and plan.optimizer_report is not None and plan.session is not None
+    forwarding = deployment.kind == Deployment.Kind.UPSTREAM
+    upstream_request = None
+    if forwarding:
+        upstream_request = encode_body(
+            upstream_body(
+                chat,
+                upstream_model=deployment.upstream_model or model.id,
+                max_tokens=plan.max_tokens,
+            )
+        )
+    recorder.open(stream=plan.stream, max_tokens=plan.max_tokens, upstream_request=upstream_request)
+    recorder.publish("optimizer.report", report=plan.optimizer_report.as_dict())
+    live = live_generations()
+
+    def release() -> None:
+        live.unregister(accepted.completion_id)
+
+    generation = Generation()
+    deltas: Deltas
+    try:
+        stop = await live.register(accepted.completion_id, organization.id)
+        if forwarding:
+            assert upstream_request is not None
+            forwarded = await forward(
+                chat,
+                deployment=deployment,
+                session=plan.session,
+                max_tokens=plan.max_tokens,
+                body=upstream_request,
+                generation=generation,
+                counter=counter,
+            )
+            plan.replica = forwarded.replica
+            recorder.routed(
+                deployment=deployment.name,
+                replica=forwarded.replica,
+                session_kept=forwarded.session_kept,
+            )
+            deltas = forwarded.deltas
+            ping_interval: float | None = settings.MORTAR_PING_SECONDS
+        else:
+            recorder.routed(deployment=deployment.name, replica="", session_kept=None)
+            scripted = ScriptedModel(counter=counter, delay_ms=deployment.scripted_delay_ms)
+            deltas = one_per_batch(
+                scripted.generate(chat, max_tokens=plan.max_tokens, generation=generation)
+            )
+            ping_interval = None
+    except MortarError as error:
+        release()
+        return refuse(error, recorder, plan)
+    except BaseException:
+        # The client went away while the model server was being reached.
+        recorder.close(
+            status=Run.Status.CANCELLED, http_status=499, error_code="client_disconnected"
+        )
+        release()
+        raise
+
+    relay = Relay(
+        deltas=deltas,
+        generation=generation,
+        encoder=ChunkEncoder(
+            completion_id=accepted.completion_id, created=accepted.created, model=model.id
+        ),
+        recorder=recorder,
+        prompt_tokens=plan.prompt_tokens,
+        headers=plan.headers(),
+        prices=model.prices,
+        ping_interval=ping_interval,
+        stop=stop,
+        release=release,
+    )
+    if plan.stream:
+        return streaming_response(relay, include_usage=chat.include_usage)
+    return await json_response(relay)

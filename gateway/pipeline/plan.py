@@ -1,0 +1,167 @@
+"""Plan a validated request: resolve its model, session, tools and prompt, count its tokens and
+plan its output cap against the model's context window (PRODUCT.md decision 6).
+
+What was decided is kept in a `Plan`, filled in step by step: the response's headers are
+rendered from it (`Plan.headers`), for a refusal half-way through as for a completion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from accounts.models import Organization
+from core.errors import ContextLengthExceeded
+from core.http.requests import AnyRequest
+from gateway.catalog.selectors import model_resolve
+from gateway.contract.chat import ChatRequest
+from gateway.contract.headers import read_mortar_headers
+from gateway.coordination.dedupe import DedupeRequest, read_dedupe_request
+from gateway.models import CatalogModel, Deployment
+from gateway.optimizer import OptimizerReport, optimize
+from gateway.pipeline.validate import validate
+from gateway.sessions import end_user_for, session_for
+from gateway.tokens import TokenCounter, default_counter
+from gateway.tool_selector import ToolSelection, select_named_tool
+from telemetry.recording import RunRecorder
+
+# Counting takes ~1 ms per 40 KB of text; above this a prompt is counted off the event loop.
+COUNT_IN_THREAD_BYTES = 256 * 1024
+
+DEFAULT_MAX_TOKENS = 1024
+TEMPLATE_OVERHEAD = 32
+MIN_REPLY_TOKENS = 64
+
+
+def plan_output_cap(*, prompt_tokens: int, requested: int | None, context_window: int) -> int:
+    """Return the reply's token cap, lowered to fit; refuse when under 64 tokens would be left.
+
+    Spec: "The prompt, the reply and 32 tokens of chat-template overhead must fit in the model's
+    context window … If fewer than 64 tokens would be left for the reply, the request fails
+    with context_length_exceeded."
+    """
+    room = context_window - prompt_tokens - TEMPLATE_OVERHEAD
+    if room < MIN_REPLY_TOKENS:
+        raise ContextLengthExceeded(
+            f"The prompt is {prompt_tokens} tokens; with {TEMPLATE_OVERHEAD} tokens of template "
+            f"overhead only {max(room, 0)} of the model's {context_window}-token context window "
+            f"are left for the reply, fewer than {MIN_REPLY_TOKENS}. Start a new conversation or "
+            "send fewer messages.",
+            param="messages",
+        )
+    cap = DEFAULT_MAX_TOKENS if requested is None else requested
+    return min(cap, room)
+
+
+def wants_stream(stream: bool | None, accept_header: str, default: bool) -> bool:
+    """PRODUCT.md decision 1: absent `stream` streams, unless Accept asks for JSON only."""
+    if stream is not None:
+        return stream
+    accept_header = accept_header.lower()
+    if "application/json" in accept_header and "text/event-stream" not in accept_header:
+        return False
+    return default
+
+
+async def count_prompt(counter: TokenCounter, chat: ChatRequest, *, body_bytes: int) -> int:
+    """Count the prompt; a large one on a worker thread, so other streams don't stall."""
+    if body_bytes < COUNT_IN_THREAD_BYTES:
+        return counter.prompt_tokens(chat.messages, chat.tools)
+    return await asyncio.to_thread(counter.prompt_tokens, chat.messages, chat.tools)
+
+
+@dataclass
+class Plan:
+    """What the pipeline decided about one request, so far. Each field is set by the step that
+    decides it (`plan` below, then routing and dedupe); a field still None was not reached."""
+
+    run_id: str
+    chat: ChatRequest | None = None
+    model: CatalogModel | None = None
+    deployment: Deployment | None = None
+    session: str | None = None
+    tool_selection: ToolSelection | None = None
+    optimizer_report: OptimizerReport | None = None
+    counter: TokenCounter | None = None
+    prompt_tokens: int = 0
+    max_tokens: int = 0
+    stream: bool = True
+    dedupe: DedupeRequest | None = None
+    # Decided after planning: the replica that answers, and this request's dedupe role.
+    replica: str | None = None
+    dedupe_role: str | None = None
+    # Whose answer this is: the run's own id, or the leader's for a shared answer.
+    answered_by: str | None = None
+
+    def headers(self) -> dict[str, str]:
+        """The response's `X-Mortar-*` headers, from what was decided."""
+        headers = {
+            "X-Mortar-Request-Id": self.answered_by or self.run_id,
+            "X-Mortar-Run-Id": self.run_id,
+        }
+        if self.model is not None and self.deployment is not None:
+            headers["X-Mortar-Deployment"] = self.deployment.name
+            headers["X-Mortar-Model"] = self.model.id
+        if self.session is not None:
+            headers["X-Mortar-Session"] = self.session
+        if self.tool_selection is not None:
+            headers["X-Mortar-Tool-Selector"] = self.tool_selection.header()
+        if self.optimizer_report is not None:
+            headers["X-Mortar-Optimizer"] = self.optimizer_report.header()
+        if self.dedupe_role is not None:
+            headers["X-Mortar-Dedupe"] = self.dedupe_role
+        if self.replica:
+            headers["X-Mortar-Upstream"] = self.replica
+        return headers
+
+
+async def plan(
+    request: AnyRequest,
+    body: bytes,
+    organization: Organization,
+    recorder: RunRecorder,
+    decided: Plan,
+) -> None:
+    """Validate, resolve, select tools, optimize, count and plan into `decided`; raise a
+    MortarError to refuse."""
+    chat = decided.chat = validate(body)
+    mortar_headers = read_mortar_headers(request)
+
+    model = await model_resolve(chat.model)
+    deployment = model.deployment
+    assert deployment is not None  # model_resolve only returns servable models
+    decided.model, decided.deployment = model, deployment
+    recorder.set(model=model.id, deployment=deployment.name)
+
+    session, _ = session_for(request.headers.get("X-Mortar-Session"), chat.user)
+    decided.session = session
+    recorder.set(
+        session=session,
+        end_user=end_user_for(request.headers.get("X-Mortar-End-User-Id"), chat.user),
+    )
+
+    counter = decided.counter = default_counter()
+    if mortar_headers.tool_select == "named":
+        selection = decided.tool_selection = select_named_tool(chat, counter)
+        recorder.set(tool_selector_report=selection.as_dict())
+
+    chat.messages, report = optimize(
+        chat.messages,
+        deployment_mode=deployment.optimizer_mode,
+        organization_default=organization.optimize_default,
+        requested=mortar_headers.optimize,
+    )
+    decided.optimizer_report = report
+    recorder.set(optimizer_report=report.as_dict())
+
+    prompt_tokens = decided.prompt_tokens = await count_prompt(counter, chat, body_bytes=len(body))
+    recorder.set(prompt_tokens=prompt_tokens)
+    decided.max_tokens = plan_output_cap(
+        prompt_tokens=prompt_tokens,
+        requested=chat.max_tokens,
+        context_window=model.context_window,
+    )
+    decided.stream = wants_stream(
+        chat.stream, request.headers.get("Accept", "") or "", deployment.stream_default
+    )
+    decided.dedupe = read_dedupe_request(request, body, streaming=decided.stream)

@@ -1,0 +1,94 @@
+"""One generation on its way to the client: what produces it, how it is encoded and recorded,
+and how its run is closed — with its usage, the source of that usage, and its cost."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.flags import Flag
+from gateway.generation.reply import Deltas, Generation
+from gateway.relay.chunks import ChunkEncoder
+from telemetry.costs import Prices, cached_tokens_of, usage_cost
+from telemetry.models import Run
+from telemetry.recording import RunRecorder
+
+# A stopped non-streaming reply says so (the spec leaves it open; OpenAI's values don't cover it).
+STOPPED_FINISH_REASON = "stopped"
+
+
+@dataclass
+class Relay:
+    """One generation on its way out: what produces it, how it is encoded and recorded."""
+
+    # The model's deltas, a list per batch that arrived together (never empty).
+    deltas: Deltas
+    generation: Generation
+    encoder: ChunkEncoder
+    recorder: RunRecorder
+    prompt_tokens: int
+    headers: dict[str, str]
+    prices: Prices = field(default_factory=Prices)
+    # Set when someone presses Stop (gateway/coordination/stop.py); `release` unregisters
+    # the generation (idempotent).
+    stop: Flag | None = None
+    release: Callable[[], None] | None = None
+    # Seconds of upstream silence before a `: ping` comment (spec: every 10 s when the
+    # deployment forwards to a model server); None for the scripted model.
+    ping_interval: float | None = None
+
+    def usage(self) -> tuple[dict[str, Any], str]:
+        """The usage to report and its source: the model server's own counts when it sent
+        them (details passed through unchanged), else Mortar's estimate."""
+        reported = self.generation.upstream_usage
+        if (
+            reported is not None
+            and not self.generation.cut_by_mortar
+            and isinstance(reported.get("prompt_tokens"), int)
+            and isinstance(reported.get("completion_tokens"), int)
+        ):
+            return reported, Run.UsageSource.UPSTREAM
+        completion = self.generation.own_completion_tokens()
+        estimate = {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": self.prompt_tokens + completion,
+        }
+        return estimate, Run.UsageSource.ESTIMATE
+
+    def close_run(
+        self, status: str, *, http_status: int, error_code: str = "", error_message: str = ""
+    ) -> None:
+        """Record the run's end with its usage and what that usage cost."""
+        usage, source = self.usage()
+        self.recorder.close(
+            status=status,
+            http_status=http_status,
+            error_code=error_code,
+            error_message=error_message,
+            finish_reason=self.generation.finish_reason
+            if status in (Run.Status.COMPLETED, Run.Status.STOPPED)
+            else "",
+            prompt_tokens=usage["prompt_tokens"],
+            completion_tokens=usage["completion_tokens"],
+            total_tokens=usage.get("total_tokens", 0),
+            cached_tokens=cached_tokens_of(usage),
+            cost=usage_cost(usage, self.prices),
+            usage=usage,
+            usage_source=source,
+        )
+
+    def end(self) -> None:
+        """The generation is over: a stop for it is a 404 from now on."""
+        if self.release is not None:
+            self.release()
+
+
+def abandon(relay: Relay) -> None:
+    """Close a run whose stream was never read to its end (the client left early).
+
+    A no-op for a run that ended: only a run's first close counts, and release is idempotent.
+    """
+    relay.close_run(Run.Status.CANCELLED, http_status=200, error_code="client_disconnected")
+    relay.end()

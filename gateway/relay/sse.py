@@ -1,0 +1,107 @@
+"""Relay a generation as server-sent events, recording every byte sent.
+
+Chunk order (spec, "Streaming"): the role chunk, one chunk per piece, the finish chunk without
+`delta`, the usage chunk with empty `choices` when asked for, then `data: [DONE]`. An error after
+the stream started is one event with the error envelope, and the stream closes without `[DONE]`
+(PRODUCT.md decision 9).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncGenerator
+
+from core.errors import GenerationFailed, MortarError, envelope
+from core.http.responses import EventStreamResponse
+from gateway.relay.chunks import DONE, error_event
+from gateway.relay.relay import STOPPED_FINISH_REASON, Relay, abandon
+from gateway.relay.watch import Signal, watch
+from telemetry.models import Run
+
+logger = logging.getLogger(__name__)
+
+PING = b": ping\n\n"
+
+
+def streaming_response(relay: Relay, *, include_usage: bool) -> EventStreamResponse:
+    """The SSE reply; a run whose stream is left unread is closed as cancelled."""
+    return EventStreamResponse(
+        sse_events(relay, include_usage=include_usage),
+        headers=relay.headers,
+        on_finish=lambda: abandon(relay),
+    )
+
+
+async def sse_events(relay: Relay, *, include_usage: bool) -> AsyncGenerator[bytes, None]:
+    """The stream's events, each recorded as one chunk. Events that are ready together (the
+    model server often sends several chunks in one packet) go out in one write: a write per
+    event was most of the kernel time of a fast stream."""
+    recorder, encoder = relay.recorder, relay.encoder
+    ready: list[bytes] = []  # recorded, not yet handed on; empty at every wait
+
+    def send(data: bytes) -> None:
+        recorder.chunk(data)
+        ready.append(data)
+
+    def take() -> bytes:
+        data = b"".join(ready)
+        ready.clear()
+        return data
+
+    try:
+        send(encoder.delta({"role": "assistant"}))
+        yield take()
+        stopped = False
+        # aclosing: leaving the loop early must cancel watch's pending read at once.
+        async with contextlib.aclosing(
+            watch(relay.deltas, ping_interval=relay.ping_interval, stop=relay.stop)
+        ) as watched:
+            async for delta in watched:
+                if delta is Signal.IDLE:
+                    if ready:
+                        yield take()
+                    continue
+                if delta is Signal.PING:
+                    send(PING)
+                    yield take()
+                    continue
+                if delta is Signal.STOPPED:
+                    stopped = True
+                    break
+                recorder.mark_first_token()
+                send(encoder.delta(delta))
+        if stopped:
+            # Spec, "When a stream ends early": a stopped generation sends no finish chunk;
+            # the usage chunk, if asked for, and [DONE] still follow. Close the model first.
+            await relay.deltas.aclose()
+            relay.generation.finish_reason = STOPPED_FINISH_REASON
+        else:
+            send(encoder.finish(relay.generation.finish_reason))
+        if include_usage:
+            send(encoder.usage(relay.usage()[0]))
+        send(DONE)
+        yield take()
+        relay.close_run(Run.Status.STOPPED if stopped else Run.Status.COMPLETED, http_status=200)
+    except (asyncio.CancelledError, GeneratorExit):
+        # The client went away (the endpoint cancels the response task, or closes this
+        # generator): that stops the generation too; the finally closes the model's stream.
+        relay.close_run(Run.Status.CANCELLED, http_status=200, error_code="client_disconnected")
+        raise
+    except Exception as exc:
+        if isinstance(exc, MortarError):
+            logger.warning("run %s failed mid-stream: %s", recorder.run_id, exc.message)
+            error = exc
+        else:
+            logger.exception("run %s failed mid-stream", recorder.run_id)
+            error = GenerationFailed("The generation failed.")
+        # Spec, "When a stream ends early": one event with the envelope, no [DONE].
+        send(error_event(envelope(error)))
+        yield take()
+        relay.close_run(
+            Run.Status.FAILED, http_status=200, error_code=error.code, error_message=error.message
+        )
+    finally:
+        await relay.deltas.aclose()
+        relay.end()

@@ -1,0 +1,39 @@
+"""The typed run record (`telemetry.records`) names real columns of the run table, with their
+nullability, so what the request path notes is what the writer can store."""
+
+from __future__ import annotations
+
+import types
+import typing
+
+from telemetry.models import Run
+from telemetry.records import RunFields, RunOutcome
+
+COLUMNS = {field.attname: field for field in Run._meta.concrete_fields}
+
+
+def allows_none(annotation: object) -> bool:
+    return type(None) in typing.get_args(annotation) or annotation is types.NoneType
+
+
+def test_every_run_field_is_a_column_of_the_run_table() -> None:
+    assert set(RunFields.__annotations__) - set(COLUMNS) == set()
+
+
+def test_every_column_of_the_run_table_can_be_recorded() -> None:
+    assert set(COLUMNS) - set(RunFields.__annotations__) == set()
+
+
+def test_a_run_field_is_optional_exactly_where_its_column_is_nullable() -> None:
+    hints = typing.get_type_hints(RunFields)
+    mismatched = {
+        name: (hints[name], COLUMNS[name].null)
+        for name in hints
+        if allows_none(hints[name]) != COLUMNS[name].null
+    }
+    assert mismatched == {}
+
+
+def test_an_outcome_is_a_subset_of_a_run_s_fields_with_the_same_types() -> None:
+    fields, outcome = typing.get_type_hints(RunFields), typing.get_type_hints(RunOutcome)
+    assert {name: outcome[name] for name in outcome} == {name: fields[name] for name in outcome}

@@ -1,0 +1,132 @@
+"""/v1/openapi.json declares every operation's input and output; /v1/docs shows it offline."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from tests.support.servers import ServerProcess
+
+pytestmark = pytest.mark.django_db
+
+ASSET = re.compile(r'(?:src|href)="([^"]+)"')
+SETTINGS = re.compile(r'<script type="application/json" id="swagger-settings">(.*?)</script>', re.S)
+
+
+@pytest.fixture(scope="module")
+def document(mortar_server: ServerProcess) -> dict[str, Any]:
+    response = httpx.get(f"{mortar_server.base_url}/v1/openapi.json", timeout=10)
+    assert response.status_code == 200
+    return orjson.loads(response.content)
+
+
+def operations(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {
+        details["operationId"]: details
+        for methods in document["paths"].values()
+        for details in methods.values()
+    }
+
+
+def test_the_docs_page_uses_only_local_assets(mortar_server: ServerProcess) -> None:
+    page = httpx.get(f"{mortar_server.base_url}/v1/docs", timeout=10)
+
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+    assets = ASSET.findall(page.text)
+    assert {asset.rsplit("/", 1)[1] for asset in assets} >= {
+        "swagger-ui.css",
+        "swagger-ui-bundle.js",
+        "swagger-ui-init.js",
+    }
+    assert all(asset.startswith("/static/ninja/") for asset in assets), assets
+    assert "http://" not in page.text and "https://" not in page.text  # no CDN, no validator
+    match = SETTINGS.search(page.text)
+    assert match is not None
+    settings = orjson.loads(match.group(1))
+    assert (settings["url"], settings["validatorUrl"]) == ("/v1/openapi.json", None)
+
+
+def test_the_docs_assets_are_served(mortar_server: ServerProcess) -> None:
+    page = httpx.get(f"{mortar_server.base_url}/v1/docs", timeout=10)
+
+    for asset in ASSET.findall(page.text):
+        response = httpx.get(f"{mortar_server.base_url}{asset}", timeout=10)
+        assert response.status_code == 200, asset
+        assert len(response.content) > 1000, asset
+        if asset.endswith(".js"):
+            assert "javascript" in response.headers["content-type"]
+        elif asset.endswith(".css"):
+            assert response.headers["content-type"].startswith("text/css")
+
+
+def test_chat_completions_declares_its_body_and_answers(document: dict[str, Any]) -> None:
+    operation = operations(document)["create_chat_completion"]
+
+    body = operation["requestBody"]["content"]["application/json"]
+    assert body["schema"] == {"$ref": "#/components/schemas/ChatCompletionRequest"}
+    assert set(body["examples"]) == {"json", "stream", "tools", "tool_result"}
+    request = document["components"]["schemas"]["ChatCompletionRequest"]
+    assert request["required"] == ["messages"]
+    assert {"messages", "tools", "tool_choice", "stream", "max_tokens", "temperature"} <= set(
+        request["properties"]
+    )
+    answers = operation["responses"]
+    assert set(answers) == {"200", "400", "401", "404", "409", "413", "502", "503", "504"}
+    assert answers["200"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/ChatCompletion"
+    }
+    stream = answers["200"]["content"]["text/event-stream"]["schema"]
+    assert stream["properties"]["data"]["anyOf"][0]["contentSchema"]["anyOf"][0] == {
+        "$ref": "#/components/schemas/ChatCompletionChunk"
+    }
+    for status in ("400", "401", "404", "413", "502"):
+        assert answers[status]["content"]["application/json"]["schema"] == {
+            "$ref": "#/components/schemas/ErrorEnvelope"
+        }
+
+
+def test_every_operation_declares_its_answers_with_schemas(document: dict[str, Any]) -> None:
+    declared = operations(document)
+
+    assert set(declared) == {
+        "create_chat_completion",
+        "list_models",
+        "stop_generation",
+        "telemetry_stream",
+        "replay_run",
+    }
+    for operation_id, operation in declared.items():
+        for status, answer in operation["responses"].items():
+            assert answer.get("content"), (operation_id, status)
+            for media_type in answer["content"].values():
+                assert media_type["schema"], (operation_id, status)
+    replay_error = declared["replay_run"]["responses"]["410"]["content"]["application/json"]
+    assert replay_error["schema"] == {"$ref": "#/components/schemas/FlatErrorEnvelope"}
+    parameters = {(p["in"], p["name"]) for p in declared["replay_run"]["parameters"]}
+    assert parameters == {
+        ("path", "run_id"),
+        ("query", "from"),
+        ("query", "pace"),
+        ("header", "Last-Event-ID"),
+    }
+    parameters = {(p["in"], p["name"]) for p in declared["telemetry_stream"]["parameters"]}
+    assert parameters == {
+        ("query", "session"),
+        ("query", "last_event_id"),
+        ("header", "Last-Event-ID"),
+    }
+
+
+def test_every_reference_names_a_component(document: dict[str, Any]) -> None:
+    text = orjson.dumps(document).decode()
+    references = set(re.findall(r'"\$ref":"#/components/schemas/([^"]+)"', text))
+
+    assert references <= set(document["components"]["schemas"])
+    assert {"ChatCompletionRequest", "ChatCompletionChunk", "TelemetryEvent", "ModelList"} <= (
+        references
+    )

@@ -1,0 +1,237 @@
+"""A Postgres restart or failover, as the server sees it: every backend it holds is terminated.
+
+The server is not restarted. Each route that reads the database must answer its first request
+after the termination as it did before: replay, /readyz, the dashboard (over HTTP, signed in
+through its form), and chat completions — with a key the server has cached and one it has
+never seen, whose lookup reads the database.
+
+The server here is this module's own: its connections carry an `application_name` of their
+own, so only its backends are terminated and the session's shared servers are left alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+import orjson
+import psycopg
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from tests.conftest import Tenant, _server_env, manage, stored_bytes, wait_for_run
+from tests.support.servers import ServerProcess, start_mortar, stream_completion
+from tests.support.waiting import wait_until
+
+# Terminating the server's backends is a Postgres operation (a restart or failover).
+pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
+
+APPLICATION_NAME = "mortar-recovery-test"
+STAFF = "recovery-staff"
+PASSWORD = "a recovery test password"
+CSRF_FIELD = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
+ID_LINE = re.compile(rb"^id: \d+\n", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class RecoveringServer:
+    server: ServerProcess
+    organization: str  # made with the CLI, for keys issued during the test
+
+
+@pytest.fixture(scope="module")
+def recovering(
+    django_db_setup: None, django_db_blocker, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RecoveringServer]:
+    """A Mortar process of this module's own, its backends named, and a staff account."""
+    from django.contrib.auth.models import User
+
+    if connection.vendor != "postgresql":
+        pytest.fail("the recovery test terminates Postgres backends: it needs Postgres")
+    with django_db_blocker.unblock():
+        user, _ = User.objects.get_or_create(username=STAFF, defaults={"is_staff": True})
+        user.set_password(PASSWORD)
+        user.save()
+    env = _server_env()
+    env["DATABASE_URL"] += f"?application_name={APPLICATION_NAME}"
+    server = start_mortar(env, log_dir=tmp_path_factory.mktemp("recovery"))
+    organization = "recovery-tests"
+    manage("createorg", organization)
+    yield RecoveringServer(server=server, organization=organization)
+    server.stop()
+
+
+def admin_connection() -> psycopg.Connection:
+    db = settings.DATABASES["default"]
+    return psycopg.connect(
+        host=db["HOST"], port=db["PORT"], user=db["USER"], dbname=db["NAME"], autocommit=True
+    )
+
+
+def server_backends() -> int:
+    with admin_connection() as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND application_name = %s",
+            [settings.DATABASES["default"]["NAME"], APPLICATION_NAME],
+        ).fetchone()
+    return row[0] if row else 0
+
+
+def terminate_server_backends() -> int:
+    """Terminate every backend of the server (what a restart or failover does); return how many."""
+    with admin_connection() as conn:
+        row = conn.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = %s AND pid <> pg_backend_pid() AND application_name = %s",
+            [settings.DATABASES["default"]["NAME"], APPLICATION_NAME],
+        ).fetchone()
+    return row[0] if row else 0
+
+
+def complete(server: ServerProcess, secret: str) -> httpx.Response:
+    return httpx.post(
+        f"{server.base_url}/v1/chat/completions",
+        content=orjson.dumps({"messages": [{"role": "user", "content": "hello"}]}),
+        headers={"Authorization": f"Bearer {secret}"},
+        timeout=30,
+    )
+
+
+def replay(server: ServerProcess, secret: str, run_id: str) -> httpx.Response:
+    return httpx.get(
+        f"{server.base_url}/v1/chat/completions/runs/{run_id}",
+        headers={"Authorization": f"Bearer {secret}"},
+        timeout=30,
+    )
+
+
+def ready(server: ServerProcess) -> httpx.Response:
+    return httpx.get(f"{server.base_url}/readyz", timeout=30)
+
+
+def signed_in(server: ServerProcess) -> httpx.Client:
+    """A client signed in to the dashboard through its sign-in form, over HTTP."""
+    client = httpx.Client(base_url=server.base_url, timeout=30)
+    form = client.get("/dashboard/login/")
+    assert form.status_code == 200
+    token = CSRF_FIELD.search(form.text)
+    assert token is not None, form.text
+    answer = client.post(
+        "/dashboard/login/",
+        data={
+            "csrfmiddlewaretoken": token.group(1),
+            "username": STAFF,
+            "password": PASSWORD,
+            "next": "/dashboard/runs/",
+        },
+    )
+    assert answer.status_code == 302, answer.text
+    assert answer.headers["location"] == "/dashboard/runs/"
+    return client
+
+
+def terminate_and_wait(server: ServerProcess, secret: str) -> None:
+    """Terminate the server's backends and wait until they are gone.
+
+    A request's own connection is closed when it ends; what the server keeps open is the run
+    writer's connection (and its readers', once they read). A completion, once stored, makes
+    sure there is one to break.
+    """
+    stored = complete(server, secret).headers["X-Mortar-Run-Id"]
+    wait_for_run(stored)
+    wait_until(lambda: server_backends() >= 1, message="the server holds no connection")
+    assert terminate_server_backends() >= 1  # it holds connections: there is something to break
+    wait_until(lambda: server_backends() == 0, message="the terminated backends did not exit")
+
+
+@pytest.fixture(scope="module")
+def stored_run(
+    recovering: RecoveringServer, tenant: Tenant, django_db_blocker
+) -> tuple[str, bytes]:
+    """A streamed run, stored, and what its client received."""
+    body = {"messages": [{"role": "user", "content": "a b c"}]}
+    with stream_completion(recovering.server, tenant.secret, body) as response:
+        assert response.status_code == 200
+        run_id = response.headers["X-Mortar-Run-Id"]
+        received = b"".join(response.iter_raw())
+    with django_db_blocker.unblock():
+        assert stored_bytes(wait_for_run(run_id)) == received
+    return run_id, received
+
+
+def test_replay_answers_the_first_request_after_the_backends_are_terminated(
+    recovering: RecoveringServer, tenant: Tenant, stored_run: tuple[str, bytes]
+) -> None:
+    run_id, received = stored_run
+    assert replay(recovering.server, tenant.secret, run_id).status_code == 200
+    terminate_and_wait(recovering.server, tenant.secret)
+
+    replayed = replay(recovering.server, tenant.secret, run_id)
+    assert replayed.status_code == 200, replayed.text
+    assert ID_LINE.sub(b"", replayed.content) == received
+
+
+def test_readyz_answers_the_first_request_after_the_backends_are_terminated(
+    recovering: RecoveringServer, tenant: Tenant
+) -> None:
+    assert ready(recovering.server).status_code == 200
+    terminate_and_wait(recovering.server, tenant.secret)
+
+    readiness = ready(recovering.server)
+    assert readiness.status_code == 200, readiness.text
+    assert readiness.json()["database"] == "ok"
+
+
+def test_the_dashboard_answers_the_first_request_after_the_backends_are_terminated(
+    recovering: RecoveringServer, tenant: Tenant, stored_run: tuple[str, bytes]
+) -> None:
+    with contextlib.closing(signed_in(recovering.server)) as dashboard:
+        assert dashboard.get("/dashboard/runs/").status_code == 200
+        terminate_and_wait(recovering.server, tenant.secret)
+
+        runs_page = dashboard.get("/dashboard/runs/")  # the session is read from the database
+        assert runs_page.status_code == 200, runs_page.text
+        assert stored_run[0] in runs_page.text
+        run_page = dashboard.get(f"/dashboard/runs/{stored_run[0]}/")
+        assert run_page.status_code == 200, run_page.text
+
+
+@pytest.mark.parametrize("key", ["cached", "never used"])
+def test_chat_completions_answer_the_first_request_after_the_backends_are_terminated(
+    recovering: RecoveringServer, tenant: Tenant, key: str
+) -> None:
+    assert complete(recovering.server, tenant.secret).status_code == 200
+    # A key the server has not looked up yet: its lookup reads the database.
+    secret = tenant.secret if key == "cached" else manage("createkey", recovering.organization)
+    terminate_and_wait(recovering.server, tenant.secret)
+
+    answered = complete(recovering.server, secret.strip())
+    assert answered.status_code == 200, answered.text
+    # The run writer reconnected too: what was answered after the termination is stored.
+    stored = wait_for_run(answered.headers["X-Mortar-Run-Id"])
+    assert stored.status == "completed"
+    assert stored_bytes(stored) == answered.content
+
+
+def test_requests_leave_no_connection_behind(recovering: RecoveringServer, tenant: Tenant) -> None:
+    # Under ASGI every request runs on a thread of its own: a connection kept open after it
+    # would stay behind with that thread, one per request, until Postgres refuses new clients
+    # (a readiness probe every few seconds was enough).
+    complete(recovering.server, tenant.secret)  # the long-lived connections, opened now
+    held = server_backends()
+    for _ in range(40):
+        assert ready(recovering.server).status_code == 200
+        assert replay(recovering.server, tenant.secret, "chatcmpl-none").status_code == 410
+    wait_until(
+        lambda: server_backends() <= held,
+        message=lambda: f"{server_backends()} connections open, {held} before",
+    )
+
+
+def test_the_server_logged_no_unhandled_error(recovering: RecoveringServer) -> None:
+    # Runs last in this module (pytest keeps the file's order): after every termination above.
+    assert "Internal Server Error" not in recovering.server.log(), recovering.server.log()
