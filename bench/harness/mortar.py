@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import secrets
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,6 +62,9 @@ class MortarSetup:
         return database_url(self.of.database)
 
 
+Launcher = Callable[[MortarSetup], list[str]]
+
+
 def mortar_prepare(
     mortar: MortarSource, *, tmp: Path, mock_url: str, redis_url: str
 ) -> MortarSetup:
@@ -111,14 +115,20 @@ def mortar_prepare(
     return setup
 
 
-def mortar_start(processes: Processes, setup: MortarSetup, port: int) -> Started:
-    """As `make serve` runs it: uvicorn, uvloop, httptools, one worker, no access log."""
+def pinned(setup: MortarSetup) -> list[str]:
+    """The command a Mortar is started under: pinned to the servers' core."""
+    return ["taskset", "-c", SERVER_CORE]
+
+
+def mortar_start(
+    processes: Processes, setup: MortarSetup, port: int, launcher: Launcher = pinned
+) -> Started:
+    """As `make serve` runs it: uvicorn, uvloop, httptools, one worker, no access log; under
+    `launcher`'s command (taskset, or valgrind for bench/instructions_bench.py)."""
     return processes.start(
         setup.name,
         [
-            "taskset",
-            "-c",
-            SERVER_CORE,
+            *launcher(setup),
             PYTHON,
             "-m",
             "uvicorn",

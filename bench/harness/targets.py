@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .constants import CHUNKS, LITELLM_MASTER_KEY, LOAD_CORE, MODEL, PYTHON
 from .litellm import litellm_start
-from .mortar import MortarSetup, MortarSource, mortar_prepare, mortar_start
+from .mortar import Launcher, MortarSetup, MortarSource, mortar_prepare, mortar_start, pinned
 from .processes import Processes, Started, base_env, free_port, wait_http
 from .stores import redis_url
 
@@ -59,9 +59,16 @@ class Bench:
 
 
 def start_everything(
-    processes: Processes, tmp: Path, *, mortars: list[MortarSource], litellm: bool
+    processes: Processes,
+    tmp: Path,
+    *,
+    mortars: list[MortarSource],
+    litellm: bool,
+    launcher: Launcher = pinned,
+    startup_timeout: float = 60,
 ) -> Bench:
-    """Prepare each Mortar's database, start the mock, the gateways, and wait for all."""
+    """Prepare each Mortar's database, start the mock, the gateways (each Mortar under
+    `launcher`'s command), and wait for all."""
     redis = redis_url()
     mock_port = free_port()
     mock_url = f"http://127.0.0.1:{mock_port}/v1"
@@ -91,7 +98,7 @@ def start_everything(
     for setup in setups:
         port = free_port()
         base = f"http://127.0.0.1:{port}"
-        server = mortar_start(processes, setup, port)
+        server = mortar_start(processes, setup, port, launcher)
         targets[setup.name] = Target(
             setup.name, f"{base}/v1/chat/completions", setup.secret, MODEL, server, base, setup
         )
@@ -106,7 +113,7 @@ def start_everything(
     wait_http(f"http://127.0.0.1:{mock_port}/healthz", mock, 30)
     for target in targets.values():
         if target.mortar is not None and target.server is not None:
-            wait_http(f"{target.base}/healthz", target.server, 60)
+            wait_http(f"{target.base}/healthz", target.server, startup_timeout)
     if "litellm" in targets and targets["litellm"].server is not None:
         wait_http(f"{targets['litellm'].base}/health/liveliness", targets["litellm"].server, 180)
     return Bench(tmp=tmp, mock=mock, redis_url=redis, targets=targets)
