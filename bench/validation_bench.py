@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT))
 
 from gateway.contract import validation  # noqa: E402
 
-# The last commit with the hand-written validator.
-REVISION = "0424ba7"
+# The last commit with the hand-written validator (gateway/validation.py, gateway/errors.py).
+REVISION = "2c7f566"
 
 Validate = Callable[[dict[str, Any]], Any]
 
@@ -131,15 +131,15 @@ def old_validator(revision: str) -> Validate:
         root = Path(folder) / package
         root.mkdir()
         (root / "__init__.py").write_text("")
-        for name in ("chat", "validation"):
+        for name in ("errors", "validation"):
             source = subprocess.run(
-                ["git", "show", f"{revision}:gateway/contract/{name}.py"],
+                ["git", "show", f"{revision}:gateway/{name}.py"],
                 cwd=ROOT,
                 check=True,
                 capture_output=True,
                 text=True,
             ).stdout
-            source = source.replace("from gateway.contract.chat", f"from {package}.chat")
+            source = source.replace("from gateway.errors", f"from {package}.errors")
             (root / f"{name}.py").write_text(source)
         sys.path.insert(0, folder)
         try:
