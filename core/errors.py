@@ -7,6 +7,7 @@
     │   ├── InvalidRole             400 invalid_role
     │   ├── InvalidTools            400 invalid_tools
     │   ├── InvalidToolChoice       400 invalid_tool_choice
+    │   ├── InvalidImage            400 invalid_image
     │   └── ContextLengthExceeded   400 context_length_exceeded
     ├── AuthenticationError         401 missing_key / invalid_key
     ├── RouteNotFound               404 not_found
@@ -88,6 +89,12 @@ class InvalidTools(InvalidRequest):
 
 class InvalidToolChoice(InvalidRequest):
     code = "invalid_tool_choice"
+
+
+class InvalidImage(InvalidRequest):
+    """An image part a vision model cannot take (Arkor's image rules; PRODUCT.md decision 4)."""
+
+    code = "invalid_image"
 
 
 class ContextLengthExceeded(InvalidRequest):

@@ -20,6 +20,7 @@ urlpatterns = [
     path("runs/<str:run_id>/stop", views.stop_generation, name="run-stop"),
     path("runs/<str:run_id>/replay", views.run_replay, name="run-replay"),
     path("runs/<str:run_id>/download", views.run_download, name="run-download"),
+    path("runs/<str:run_id>/images/<int:position>", views.run_image, name="run-image"),
     path("sessions/", views.sessions, name="sessions"),
     path("audit/", views.audit, name="audit"),
     path("assets/<path:path>", views.asset, name="asset"),

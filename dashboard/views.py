@@ -35,6 +35,8 @@ from dashboard.selectors.catalog import (
     model_names,
     organization_choices,
 )
+from dashboard.selectors.images import run_image as run_image_of
+from dashboard.selectors.images import run_images
 from dashboard.selectors.live import generations_in_flight
 from dashboard.selectors.overview import overview as overview_of
 from dashboard.selectors.runs import (
@@ -173,6 +175,7 @@ def run(request: HttpRequest, run_id: str) -> HttpResponse:
             "curl": run_curl(found, base_url=request.build_absolute_uri("/")),
             "latency": _between(found.accepted_at, found.finished_at),
             "ttft": _between(found.accepted_at, found.first_token_at),
+            "images": run_images(found.pk),
             "optimizer_report": _pretty(found.optimizer_report),
             "tool_selector_report": _pretty(found.tool_selector_report),
             "usage": _pretty(found.usage),
@@ -188,6 +191,21 @@ def _pretty(value: object) -> str | None:
     if value is None:
         return None
     return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
+
+
+@staff_required
+@require_GET
+def run_image(request: HttpRequest, run_id: str, position: int) -> HttpResponse:
+    """The bytes of one of the run's images, for its page's thumbnails (and a full view)."""
+    found = run_image_of(run_id, position)
+    if found is None:
+        raise Http404(f"No image {position} in run {run_id}")
+    media_type, data = found
+    response = HttpResponse(data, content_type=media_type)
+    # Shown as the image type it was checked to be, never sniffed as anything else.
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Cache-Control"] = "private, max-age=3600"
+    return response
 
 
 @staff_required

@@ -12,12 +12,24 @@ A prompt is counted as Qwen's ChatML template frames it (see ``prompt_tokens``):
     <|im_end|>\\n<|endoftext|>                        3 tokens: the reply's end of turn
 
 so the spec's examples count exactly as shown there (32 and 17 prompt tokens).
+
+An image (a model with vision) counts as Qwen2.5-VL's image processor and chat template make it
+(``image_tokens``): the image is resized to multiples of 28 px with its aspect ratio kept as
+nearly as may be, within 3,136 to 12,845,056 pixels (``smart_resize``), and becomes one
+``<|image_pad|>`` token per 28x28 px (a 2x2 merge of 14 px patches) between
+``<|vision_start|>`` and ``<|vision_end|>``:
+
+    <|vision_start|><|image_pad|> x (h/28 · w/28)<|vision_end|>     h/28 · w/28 + 2 tokens
+
+A message with content parts counts its text parts as one text, as the template concatenates
+them, plus its images.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +52,13 @@ TOOLS_BLOCK_TOKENS = 3  # "<tools>"
 TOOL_CALL_FRAMING_TOKENS = 2
 
 
+# Qwen2.5-VL's image processor, as Qwen/Qwen2.5-VL-*-Instruct ship it (preprocessor_config.json:
+# patch_size 14, merge_size 2, min_pixels 3136, max_pixels 12845056), which a model server loads.
+IMAGE_FACTOR = 28  # 14 px patches, merged 2x2 into one token
+IMAGE_MIN_PIXELS = 56 * 56  # 3,136
+IMAGE_MAX_PIXELS = 16384 * 28 * 28  # 12,845,056
+IMAGE_FRAME_TOKENS = 2  # <|vision_start|> and <|vision_end|>
+
 ENCODE_CHUNK_CHARS = 100_000
 _LAST_WORD_AFTER_SPACE = re.compile(r".*\s(?=\S)", re.DOTALL)
 
@@ -55,6 +74,38 @@ def _pieces(text: str, size: int) -> Iterable[str]:
                 end = boundary.end() - 1
         yield text[start:end]
         start = end
+
+
+def smart_resize(height: int, width: int) -> tuple[int, int]:
+    """The (height, width) Qwen2.5-VL's image processor resizes an image to: multiples of 28 px,
+    the aspect ratio kept as nearly as may be, within the min and max pixels (transformers'
+    `smart_resize`, step for step; Python's round halves to even, as there)."""
+    factor = IMAGE_FACTOR
+    h_bar = round(height / factor) * factor
+    w_bar = round(width / factor) * factor
+    if h_bar * w_bar > IMAGE_MAX_PIXELS:
+        beta = math.sqrt((height * width) / IMAGE_MAX_PIXELS)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < IMAGE_MIN_PIXELS:
+        beta = math.sqrt(IMAGE_MIN_PIXELS / (height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+def image_tokens(width: int, height: int) -> int:
+    """The prompt tokens of one image: a token per 28x28 px of it resized, and its frame."""
+    resized_height, resized_width = smart_resize(height, width)
+    return (resized_height // IMAGE_FACTOR) * (resized_width // IMAGE_FACTOR) + IMAGE_FRAME_TOKENS
+
+
+class ImageSize(Protocol):
+    @property
+    def width(self) -> int: ...
+
+    @property
+    def height(self) -> int: ...
 
 
 class Tokenizer(Protocol):
@@ -178,15 +229,23 @@ class TokenCounter:
         return self.count(name) + self.count(arguments) + TOOL_CALL_FRAMING_TOKENS
 
     def prompt_tokens(
-        self, messages: Iterable[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
+        self,
+        messages: Iterable[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] | None = None,
+        images: Iterable[ImageSize] = (),
     ) -> int:
-        """Count a normalized conversation as the chat template frames it."""
+        """Count a normalized conversation as the chat template frames it; `images` are the
+        images of its `image_url` parts (a model with vision), whose sizes the parts don't say."""
         total = REPLY_FRAMING_TOKENS
         for message in messages:
-            total += MESSAGE_FRAMING_TOKENS + self.count_prompt_piece(message.get("content") or "")
+            content = message.get("content") or ""
+            if type(content) is list:  # text and image parts: the images are counted below
+                content = "".join(part["text"] for part in content if part["type"] == "text")
+            total += MESSAGE_FRAMING_TOKENS + self.count_prompt_piece(content)
             for call in message.get("tool_calls") or ():
                 function = call["function"]
                 total += self.tool_call_tokens(function["name"], function["arguments"])
+        total += sum(image_tokens(image.width, image.height) for image in images)
         return total + self.tools_tokens(tools)
 
     def tools_tokens(self, tools: Sequence[dict[str, Any]] | None) -> int:

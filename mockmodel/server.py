@@ -6,7 +6,8 @@ content, one chunk per token, the finish reason on the last content chunk, a usa
 empty `choices` when `stream_options.include_usage`, `[DONE]`), with usage carrying
 `prompt_tokens_details.cached_tokens`, streamed tool-call pieces and reasoning.
 
-Behaviour is set per request by a directive in the conversation's text, e.g.
+Behaviour is set per request by a directive in the conversation's text (a message's content, or
+the text parts of content parts, as beside an image), e.g.
 `[mock fault=drop chunks=10 delay_ms=50]`, or for every request by `POST /_mock/config`:
 
     fault       none | hang | error500 | error400 | drop | runon | garbage | garbage_late | reset
@@ -81,6 +82,10 @@ class MockModel:
         settings = dict(self.defaults)
         for message in body.get("messages") or ():
             content = message.get("content")
+            if isinstance(content, list):  # content parts (images beside text): their text
+                content = "\n".join(
+                    part.get("text") or "" for part in content if isinstance(part, dict)
+                )
             if isinstance(content, str):
                 for directive in DIRECTIVE.findall(content):
                     for pair in directive.split():

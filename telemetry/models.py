@@ -150,3 +150,56 @@ class UsageRollup(models.Model):
 
     def __str__(self) -> str:
         return f"{self.organization_id} {self.hour:%Y-%m-%d %H}:00 {self.model}"
+
+
+class Image(models.Model):
+    """An image a request carried to a vision model, stored once per organization by content.
+
+    Runs reference it (`RunImage`) and their stored bodies name it (`mortar-image:sha256:…` in
+    place of the data URL), so the same screenshot sent in 50 turns of an agent loop is one row.
+    Keyed by organization too: an image is only ever reached through the runs of the
+    organization that sent it, even when another sent the same bytes.
+    """
+
+    organization = models.ForeignKey(
+        "accounts.Organization", on_delete=models.CASCADE, related_name="images"
+    )
+    sha256 = models.CharField(max_length=64)
+    media_type = models.CharField(max_length=16)  # image/png, image/jpeg, image/webp, image/gif
+    width = models.PositiveIntegerField()
+    height = models.PositiveIntegerField()
+    size = models.PositiveIntegerField()  # bytes
+    data = models.BinaryField()
+    first_seen_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["organization", "sha256"], name="image_org_sha256")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.media_type} {self.sha256[:12]}"
+
+
+class RunImage(models.Model):
+    """One image of a run's request, in the order the request carried them."""
+
+    id = models.BigAutoField(primary_key=True)
+    # No index of its own: the unique (run, position) constraint serves lookups by run.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="images", db_index=False)
+    position = models.PositiveIntegerField()
+    # DO_NOTHING: an image is deleted only once no run uses it (the retention purge), in one
+    # DELETE … WHERE NOT EXISTS, so a link written meanwhile is never deleted with it; the
+    # database's foreign key refuses a link to an image deleted under it.
+    image = models.ForeignKey(Image, on_delete=models.DO_NOTHING, related_name="uses")
+    # Where the request carried it: `messages[0].content[1]`.
+    param = models.CharField(max_length=64, default="", blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "position"], name="run_image_position_unique"),
+        ]
+        ordering = ["run", "position"]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.position}"

@@ -9,12 +9,13 @@ debugging until the retention purge removes it after 7 days.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, Unpack
 
 from telemetry.events import EventPublisher
 from telemetry.models import Run
-from telemetry.records import RunFields, RunOutcome
+from telemetry.records import ImageRecord, RunFields, RunOutcome
 from telemetry.writer import ChunkSent, RunClosed, RunOpened, RunWriter
 
 
@@ -44,6 +45,7 @@ class RunRecorder:
             "organization_id": organization_id,
         }
         self._late_fields: RunFields = {}
+        self._images: tuple[ImageRecord, ...] = ()
         self._early_chunks: list[ChunkSent] = []
         self._opened = False
         self._closed = False
@@ -58,6 +60,10 @@ class RunRecorder:
             self._late_fields.update(fields)
         else:
             self._fields.update(fields)
+
+    def set_images(self, images: Sequence[ImageRecord]) -> None:
+        """Note the images the request carries: stored with its body, once each by content."""
+        self._images = tuple(images)
 
     def publish(self, event_type: str, **fields: Any) -> None:
         if self._events is not None:
@@ -92,13 +98,21 @@ class RunRecorder:
             stored.pop("upstream_request", None)
         return stored
 
+    def _opened_row(self, *, keep_body: bool = False) -> RunOpened:
+        """The run's row as opened, with its images where its body is kept (they are part of
+        it: the stored body names them)."""
+        keeps_images = self.keep_content or keep_body
+        return RunOpened(
+            self._stored(self._fields, keep_body=keep_body), self._images if keeps_images else ()
+        )
+
     # -- the run's life ------------------------------------------------------------------
 
     def open(self, **fields: Unpack[RunFields]) -> None:
         """Write the run as in progress, before its first chunk."""
         self._fields.update(fields)
         self._fields["status"] = Run.Status.IN_PROGRESS
-        self._writer.submit(RunOpened(self._stored(self._fields)))
+        self._writer.submit(self._opened_row())
         self._opened = True
         for row in self._early_chunks:
             self._writer.submit(row)
@@ -149,7 +163,7 @@ class RunRecorder:
         else:
             self._fields.update(outcome)
             refused_400 = status == Run.Status.REFUSED and fields.get("http_status") == 400
-            self._writer.submit(RunOpened(self._stored(self._fields, keep_body=refused_400)))
+            self._writer.submit(self._opened_row(keep_body=refused_400))
             for row in self._early_chunks:
                 self._writer.submit(row)
             self._early_chunks.clear()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, TypedDict
+from typing import Any, NamedTuple, TypedDict
 
 
 class RunFields(TypedDict, total=False):
@@ -78,3 +78,16 @@ class RunOutcome(TypedDict, total=False):
     cost: Decimal | None
     dedupe_role: str
     dedupe_leader: str
+
+
+class ImageRecord(NamedTuple):
+    """An image a run's request carried, checked, as the writer stores it (`telemetry.images`).
+
+    Hashed and stored on the writer's thread, never on the request's event loop.
+    """
+
+    media_type: str  # image/png, image/jpeg, image/webp or image/gif
+    data: bytes  # the decoded bytes; the data URL is their canonical base64
+    width: int
+    height: int
+    param: str  # where the request carried it: `messages[0].content[1]`

@@ -18,9 +18,10 @@ File format (version 1), little-endian::
     payload := pickle (protocol 5) of a list of rows
 
 A row is a tuple of plain values (``telemetry.writer.encode_row``): ``("o", fields)`` a run
-opened, ``("c", run_id, seq, offset_us, data)`` a chunk sent, ``("x", run_id, fields)`` a run
-closed, where ``fields`` maps Run field names to str, int, bool, None, bytes, datetime,
-Decimal or JSON values.
+opened (``("o", fields, images)`` when its request carried images, each a tuple of
+``telemetry.records.ImageRecord``'s fields), ``("c", run_id, seq, offset_us, data)`` a chunk
+sent, ``("x", run_id, fields)`` a run closed, where ``fields`` maps Run field names to str, int,
+bool, None, bytes, datetime, Decimal or JSON values.
 
 One record is one batch for the database, and records are drained in order. They are only
 appended, and the file is fsync'ed after each append, so a crash can at worst tear the last

@@ -44,8 +44,9 @@ from django.db import connection, transaction
 from core.db import DatabaseAway, drop_broken_connection
 from core.loops import PerLoop
 from telemetry import postgres_writes
+from telemetry.images import RunImages, fields_with_references, hashed, run_images_write
 from telemetry.models import Run, RunChunk
-from telemetry.records import RunFields
+from telemetry.records import ImageRecord, RunFields
 from telemetry.spool import Row, Spool
 
 logger = logging.getLogger(__name__)
@@ -72,6 +73,8 @@ MARK_EVERY_SECONDS = 0.05
 
 class RunOpened(NamedTuple):
     fields: RunFields
+    # The images its request carried, stored once each by content (`telemetry.images`).
+    images: tuple[ImageRecord, ...] = ()
 
 
 class ChunkSent(NamedTuple):
@@ -94,6 +97,8 @@ def encode_row(item: WriterItem) -> Row:
     if isinstance(item, ChunkSent):
         return ("c", item.run_id, item.seq, item.offset_us, item.data)
     if isinstance(item, RunOpened):
+        if item.images:
+            return ("o", item.fields, [tuple(image) for image in item.images])
         return ("o", item.fields)
     return ("x", item.run_id, item.fields)
 
@@ -104,7 +109,8 @@ def decode_row(row: Row) -> WriterItem:
     if kind == "c":
         return ChunkSent._make(row[1:])
     if kind == "o":
-        return RunOpened._make(row[1:])
+        images = tuple(ImageRecord._make(image) for image in row[2]) if len(row) > 2 else ()
+        return RunOpened(row[1], images)
     if kind == "x":
         return RunClosed._make(row[1:])
     raise ValueError(f"unknown spooled row kind {kind!r}")
@@ -130,7 +136,8 @@ def _cut_to_fit(fields: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_batch(items: Sequence[WriterItem], *, replay: bool = False) -> None:
-    """Write one batch in one transaction: new runs, then chunks, then run updates.
+    """Write one batch in one transaction: new runs, then chunks, then run updates, then the
+    new runs' images.
 
     `replay` says the batch may be in the database already, wholly or in part; it is then
     written so that nothing is duplicated and nothing already there fails it.
@@ -138,13 +145,22 @@ def write_batch(items: Sequence[WriterItem], *, replay: bool = False) -> None:
     new_runs: dict[str, RunFields] = {}
     updates: dict[str, RunFields] = {}
     chunks: list[ChunkSent] = []
+    images: list[RunImages] = []
     # The items' own dicts are used as they are, never changed: a batch that fails is tried
     # again, or spooled, as it came. Merging two makes a new dict.
     for item in items:
         if isinstance(item, ChunkSent):
             chunks.append(item)
         elif isinstance(item, RunOpened):
-            new_runs[item.fields["id"]] = item.fields
+            fields = item.fields
+            if item.images:
+                # The bodies name each image instead of repeating its bytes.
+                seen = hashed(item.images)
+                fields = fields_with_references(fields, seen)
+                images.append(
+                    RunImages(fields["id"], fields["organization_id"], fields["accepted_at"], seen)
+                )
+            new_runs[fields["id"]] = fields
         elif item.run_id in new_runs and not replay:
             # Opened and closed within one batch: one insert. Not on replay, where the insert
             # may be skipped as a conflict and would take the outcome with it.
@@ -178,6 +194,8 @@ def write_batch(items: Sequence[WriterItem], *, replay: bool = False) -> None:
             )
             for run_id, fields in updates.items():
                 Run.objects.filter(pk=run_id).update(**_cut_to_fit(_text_safe(fields)))
+        if images:  # after their runs, whose rows they point at
+            run_images_write(images)
 
 
 def database_reachable() -> bool:

@@ -130,3 +130,18 @@ def test_every_reference_names_a_component(document: dict[str, Any]) -> None:
     assert {"ChatCompletionRequest", "ChatCompletionChunk", "TelemetryEvent", "ModelList"} <= (
         references
     )
+
+
+def test_the_image_part_is_declared(document: dict[str, Any]) -> None:
+    schemas = document["components"]["schemas"]
+
+    part = schemas["ImagePart"]
+    assert part["required"] == ["type", "image_url"]
+    assert part["properties"]["type"] == {"const": "image_url", "title": "Type", "type": "string"}
+    assert part["properties"]["image_url"] == {"$ref": "#/components/schemas/ImageUrl"}
+    url = schemas["ImageUrl"]["properties"]["url"]
+    assert url["type"] == "string"
+    assert "data:image/<png|jpeg|webp|gif>;base64" in url["description"]
+    assert "6 MiB" in url["description"]
+    # Every other part type but text is accepted and dropped.
+    assert schemas["OtherPart"]["properties"]["type"]["not"] == {"enum": ["text", "image_url"]}

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 from django.db.models import Q, QuerySet
 
+from dashboard.selectors.images import body_as_received
 from telemetry.models import Run, RunChunk
 
 PAGE_SIZE = 50
@@ -293,7 +294,7 @@ def run_export(run: Run) -> dict[str, Any]:
     for model_field in Run._meta.concrete_fields:
         value = getattr(run, model_field.attname)
         if model_field.name in ("request_body", "upstream_request"):
-            value = blob(value)
+            value = blob(body_as_received(run.pk, value))  # with its images, as received
         fields[model_field.attname] = value
     fields["organization_name"] = run.organization.name
     fields["chunks"] = [
@@ -307,9 +308,10 @@ def run_export(run: Run) -> dict[str, Any]:
 
 def run_curl(run: Run, *, base_url: str) -> str | None:
     """A curl command that sends the run's request again, the key left to the environment."""
-    if run.request_body is None:
+    received = body_as_received(run.pk, run.request_body)  # with its images, as sent
+    if received is None:
         return None
-    body = bytes(run.request_body).decode("utf-8", "replace")
+    body = received.decode("utf-8", "replace")
     lines = [
         f"curl -N {shlex.quote(base_url.rstrip('/') + '/v1/chat/completions')}",
         '-H "Authorization: Bearer $MORTAR_API_KEY"',

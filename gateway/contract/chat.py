@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.contract.messages import AnyPart
 from gateway.contract.request import NamedToolChoice
 
 
@@ -22,9 +23,21 @@ class ChatRequest:
     max_tokens: int | None = None
     user: str | None = None
     sampling: dict[str, Any] = field(default_factory=dict)
+    # The content parts of each message that carried an `image_url` part, by the message's
+    # index, as sent: `messages` has their text joined, as for any model; for a model with
+    # vision, `gateway.contract.images.vision_images` checks them and puts them back.
+    image_parts: dict[int, list[AnyPart]] = field(default_factory=dict)
 
     @property
     def named_tool(self) -> str | None:
         if isinstance(self.tool_choice, dict):
             return self.tool_choice["function"]["name"]
         return None
+
+
+def content_text(content: str | list[dict[str, Any]] | None) -> str:
+    """A normalized message's text: its content, or the text parts of a vision model's content
+    parts joined with line breaks (as for a model without vision)."""
+    if isinstance(content, list):
+        return "\n".join(part["text"] for part in content if part["type"] == "text")
+    return content or ""

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from core.errors import (
+    InvalidImage,
     InvalidParameter,
     InvalidRequest,
     InvalidRole,
@@ -87,6 +88,7 @@ STOP = _parameter(
     f"`stop` must be a non-empty string or a list of at most {MAX_STOP_SEQUENCES}.", "stop"
 )
 POSITIVE = _parameter("`{at}` must be a positive whole number.")
+IMAGE_PART = "messages[{0}].content[{1}]"
 
 
 def _between(low: str, high: str) -> dict[str, Refusal]:
@@ -162,6 +164,16 @@ REFUSALS: dict[tuple[str, str], Refusal] = {
         "`{at}` must be a content part object with a string `type`."
     ),
     ("messages.*.content.*.text", "*"): MUST_BE_STRING,
+    # An image part's shape: refused whatever the model, at the part (its data: `images.py`).
+    ("messages.*.content.*.image_url", "*"): Refusal(
+        InvalidImage,
+        "`{at}` must be an object holding the image's data URL: "
+        '{{"url": "data:image/png;base64,…"}}.',
+        IMAGE_PART,
+    ),
+    ("messages.*.content.*.image_url.url", "*"): Refusal(
+        InvalidImage, "`{at}` must be a string: the image's data URL.", IMAGE_PART
+    ),
     ("messages.*.tool_call_id", "*"): _parameter(
         "`{at}` must name the call this tool message answers."
     ),

@@ -54,22 +54,52 @@ class TextPart(TypedDict):
 
 
 @with_config(STRICT)
+class ImageUrl(TypedDict):
+    url: Annotated[
+        str,
+        Field(
+            description="An inline data URL, `data:image/<png|jpeg|webp|gif>;base64,…`, with "
+            "canonical base64, at most 6 MiB of characters. Remote `http(s)` URLs are refused: "
+            "Mortar never fetches a URL a client names.",
+            examples=["data:image/png;base64,iVBORw0KGgo…"],
+        ),
+    ]
+
+
+@with_config(STRICT)
+class ImagePart(TypedDict):
+    """An image: forwarded, checked, to a model with vision; dropped for any other model."""
+
+    type: Literal["image_url"]
+    image_url: ImageUrl
+
+
+@with_config(STRICT)
 class OtherPart(TypedDict):
-    """A part without text (an image, audio, a file…): accepted and dropped."""
+    """A part without text or image (audio, a file…): accepted and dropped."""
 
     type: Annotated[
-        str, Field(json_schema_extra={"not": {"const": "text"}}, examples=["image_url"])
+        str,
+        Field(json_schema_extra={"not": {"enum": ["text", "image_url"]}}, examples=["input_audio"]),
     ]
+
+
+# A content part as validated (the union below, untagged).
+AnyPart: TypeAlias = TextPart | ImagePart | OtherPart
+
+_PART_TAGS = {"text": "part:text", "image_url": "part:image"}
 
 
 def _part_kind(value: Any) -> str | None:
     if isinstance(value, dict) and isinstance(value.get("type"), str):
-        return "part:text" if value["type"] == "text" else "part:other"
+        return _PART_TAGS.get(value["type"], "part:other")
     return None
 
 
 ContentPart = Annotated[
-    Annotated[TextPart, Tag("part:text")] | Annotated[OtherPart, Tag("part:other")],
+    Annotated[TextPart, Tag("part:text")]
+    | Annotated[ImagePart, Tag("part:image")]
+    | Annotated[OtherPart, Tag("part:other")],
     Discriminator(_part_kind),
 ]
 
@@ -87,7 +117,8 @@ Content = Annotated[
     Discriminator(_content_kind),
     Field(
         description="The message text. The `text` of each content part is joined with line "
-        "breaks; parts without text, such as images, are dropped."
+        "breaks; parts without text are dropped, except `image_url` parts on user messages to a "
+        "model with vision (`vision: true`), which are checked and forwarded as sent."
     ),
 ]
 

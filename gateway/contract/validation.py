@@ -4,8 +4,9 @@ The body is decoded by orjson (strict UTF-8, no lone surrogates: PRODUCT.md deci
 validated by the declared request schema (`request.py`) in strict mode; a refusal is the first
 refused field's error from the one table in `errors.py`. What the pipeline gets is the
 normalized `ChatRequest`: `developer` is `system` (PRODUCT.md decision 2), text parts are joined
-with line breaks and other parts dropped (4), the sampling fields are kept as sent (5), and the
-smaller of the two output caps wins (6).
+with line breaks and other parts dropped (4; the parts of a message with an image are kept aside
+for a model with vision, `images.py`), the sampling fields are kept as sent (5), and the smaller
+of the two output caps wins (6).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pydantic import ValidationError
 from core.errors import InvalidJson
 from gateway.contract.chat import ChatRequest
 from gateway.contract.errors import refusal_for
-from gateway.contract.messages import ROLE_ALIASES, Content, Message, OtherPart, TextPart
+from gateway.contract.messages import ROLE_ALIASES, AnyPart, Content, Message, TextPart
 from gateway.contract.request import Tool, chat_request_schema
 
 # The fields passed to a model server as they were sent, in this order.
@@ -68,9 +69,10 @@ def validate_chat_request(data: dict[str, Any]) -> ChatRequest:
         request.get("tools"),
         request.get("stream_options"),
     )
+    messages = request["messages"]
     return ChatRequest(
         model=None if model is None else model.strip(),
-        messages=[_message(message) for message in request["messages"]],
+        messages=[_message(message) for message in messages],
         tools=None if tools is None else [_tool(tool) for tool in tools],
         # A named choice is validated down to what it names.
         tool_choice=request.get("tool_choice"),
@@ -81,6 +83,7 @@ def validate_chat_request(data: dict[str, Any]) -> ChatRequest:
         user=request.get("user"),
         # Valid, so passed on exactly as sent (`1` stays `1`, and `response_format` whole).
         sampling={name: data[name] for name in SAMPLING_FIELDS if data.get(name) is not None},
+        image_parts=_image_parts(messages),
     )
 
 
@@ -105,13 +108,23 @@ def _message(message: Message) -> dict[str, Any]:
 def _text(content: Content) -> str:
     if isinstance(content, str):
         return content
-    # Parts without text (images, audio, …) are dropped for models without vision: spec,
-    # messages[].content.
+    # Parts without text (images, audio, …) are dropped: spec, messages[].content. A model with
+    # vision gets its image parts back (`ChatRequest.image_parts`).
     return "\n".join(part["text"] for part in content if _is_text(part))
 
 
-def _is_text(part: TextPart | OtherPart) -> TypeGuard[TextPart]:
+def _is_text(part: AnyPart) -> TypeGuard[TextPart]:
     return part["type"] == "text"
+
+
+def _image_parts(messages: list[Message]) -> dict[int, list[AnyPart]]:
+    """The content parts of each message with an image part, by the message's index."""
+    found: dict[int, list[AnyPart]] = {}
+    for index, message in enumerate(messages):
+        content = message.get("content")
+        if type(content) is list and any(part["type"] == "image_url" for part in content):
+            found[index] = content
+    return found
 
 
 def _tool(tool: Tool) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from gateway.contract.chat import ChatRequest
+from gateway.contract.chat import ChatRequest, content_text
 from gateway.generation.reply import Delta, Deltas, Generation
 from gateway.tokens import TokenCounter
 
@@ -50,10 +50,10 @@ def reply_text(messages: list[dict[str, Any]]) -> str:
     last = messages[-1]
     if last["role"] == "tool":
         return _answer_tool_results(messages)
-    user_texts = [m["content"] for m in messages if m["role"] == "user"]
+    user_texts = [content_text(m["content"]) for m in messages if m["role"] == "user"]
     if not user_texts:
         return "Hello! This is Mortar's scripted model; send a user message to get a reply."
-    question = (user_texts[-1] or "").strip()
+    question = user_texts[-1].strip()
     if not question:
         return "Your message was empty."
     scripted = SCRIPT.get(" ".join(question.lower().split()))

@@ -1,7 +1,8 @@
 """The chat-completions pipeline, in the order a request goes through it.
 
     authenticate (the operation's auth) → accept → read body → validate → resolve model →
-    session → tool selector → prompt optimizer → count tokens, plan the output cap → dedupe →
+    images (a model with vision) → session → tool selector → prompt optimizer → count tokens,
+    plan the output cap → dedupe →
     generate (scripted, or forward to the session's replica) → relay chunks → record
 
 Each step is a small function with one job in this package's modules (`accept`, `validate`,

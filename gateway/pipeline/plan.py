@@ -1,5 +1,6 @@
-"""Plan a validated request: resolve its model, session, tools and prompt, count its tokens and
-plan its output cap against the model's context window (PRODUCT.md decision 6).
+"""Plan a validated request: resolve its model (and check its images, for a model with vision),
+session, tools and prompt, count its tokens and plan its output cap against the model's context
+window (PRODUCT.md decision 6).
 
 What was decided is kept in a `Plan`, filled in step by step: the response's headers are
 rendered from it (`Plan.headers`), for a refusal half-way through as for a completion.
@@ -8,7 +9,8 @@ rendered from it (`Plan.headers`), for a refusal half-way through as for a compl
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from accounts.models import Organization
 from core.errors import ContextLengthExceeded
@@ -16,6 +18,7 @@ from core.http.requests import AnyRequest
 from gateway.catalog.selectors import model_resolve
 from gateway.contract.chat import ChatRequest
 from gateway.contract.headers import read_mortar_headers
+from gateway.contract.images import CheckedImage, vision_images
 from gateway.coordination.dedupe import DedupeRequest, read_dedupe_request
 from gateway.models import CatalogModel, Deployment
 from gateway.optimizer import OptimizerReport, optimize
@@ -24,6 +27,7 @@ from gateway.sessions import end_user_for, session_for
 from gateway.tokens import TokenCounter, default_counter
 from gateway.tool_selector import ToolSelection, select_named_tool
 from telemetry.recording import RunRecorder
+from telemetry.records import ImageRecord
 
 # Counting takes ~1 ms per 40 KB of text; above this a prompt is counted off the event loop.
 COUNT_IN_THREAD_BYTES = 256 * 1024
@@ -63,11 +67,25 @@ def wants_stream(stream: bool | None, accept_header: str, default: bool) -> bool
     return default
 
 
-async def count_prompt(counter: TokenCounter, chat: ChatRequest, *, body_bytes: int) -> int:
+async def count_prompt(
+    counter: TokenCounter,
+    chat: ChatRequest,
+    *,
+    body_bytes: int,
+    images: Sequence[CheckedImage] = (),
+) -> int:
     """Count the prompt; a large one on a worker thread, so other streams don't stall."""
     if body_bytes < COUNT_IN_THREAD_BYTES:
-        return counter.prompt_tokens(chat.messages, chat.tools)
-    return await asyncio.to_thread(counter.prompt_tokens, chat.messages, chat.tools)
+        return counter.prompt_tokens(chat.messages, chat.tools, images)
+    return await asyncio.to_thread(counter.prompt_tokens, chat.messages, chat.tools, images)
+
+
+async def check_images(chat: ChatRequest, *, body_bytes: int) -> list[CheckedImage]:
+    """A vision model's images, checked and put back into its messages (`vision_images`); a
+    large body is checked on a worker thread: its base64 is decoded and encoded again."""
+    if body_bytes < COUNT_IN_THREAD_BYTES:
+        return vision_images(chat)
+    return await asyncio.to_thread(vision_images, chat)
 
 
 @dataclass
@@ -83,6 +101,7 @@ class Plan:
     tool_selection: ToolSelection | None = None
     optimizer_report: OptimizerReport | None = None
     counter: TokenCounter | None = None
+    images: list[CheckedImage] = field(default_factory=list)
     prompt_tokens: int = 0
     max_tokens: int = 0
     stream: bool = True
@@ -132,6 +151,16 @@ async def plan(
     assert deployment is not None  # model_resolve only returns servable models
     decided.model, decided.deployment = model, deployment
     recorder.set(model=model.id, deployment=deployment.name)
+    if model.vision and chat.image_parts:
+        # PRODUCT.md decision 4: a model with vision gets its image parts, checked; any other
+        # keeps the text alone (the parts were dropped when the body was validated).
+        images = decided.images = await check_images(chat, body_bytes=len(body))
+        recorder.set_images(
+            [
+                ImageRecord(image.media_type, image.data, image.width, image.height, image.param)
+                for image in images
+            ]
+        )
 
     session, _ = session_for(request.headers.get("X-Mortar-Session"), chat.user)
     decided.session = session
@@ -154,7 +183,9 @@ async def plan(
     decided.optimizer_report = report
     recorder.set(optimizer_report=report.as_dict())
 
-    prompt_tokens = decided.prompt_tokens = await count_prompt(counter, chat, body_bytes=len(body))
+    prompt_tokens = decided.prompt_tokens = await count_prompt(
+        counter, chat, body_bytes=len(body), images=decided.images
+    )
     recorder.set(prompt_tokens=prompt_tokens)
     decided.max_tokens = plan_output_cap(
         prompt_tokens=prompt_tokens,

@@ -21,7 +21,7 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from accounts.models import Organization
-from telemetry.models import Run, RunChunk
+from telemetry.models import Image, Run, RunChunk, RunImage
 
 logger = logging.getLogger(__name__)
 
@@ -37,12 +37,14 @@ class PurgeCounts:
     runs_deleted: int = 0
     chunks_deleted: int = 0
     runs_stripped: int = 0
+    images_deleted: int = 0
 
     def __add__(self, other: PurgeCounts) -> PurgeCounts:
         return PurgeCounts(
             runs_deleted=self.runs_deleted + other.runs_deleted,
             chunks_deleted=self.chunks_deleted + other.chunks_deleted,
             runs_stripped=self.runs_stripped + other.runs_stripped,
+            images_deleted=self.images_deleted + other.images_deleted,
         )
 
     def as_dict(self) -> dict[str, int]:
@@ -81,7 +83,7 @@ def organization_runs_purge(
     counts = _runs_delete(runs=expired, batch_size=batch_size)
     if organization.retention == Organization.Retention.METADATA:
         counts += _runs_strip(organization=organization, now=now, batch_size=batch_size)
-    return counts
+    return counts + _images_delete_unused(organization=organization, batch_size=batch_size)
 
 
 def _runs_delete(*, runs: QuerySet[Run], batch_size: int) -> PurgeCounts:
@@ -111,6 +113,7 @@ def _runs_strip(*, organization: Organization, now: datetime, batch_size: int) -
     runs_stripped = chunks_deleted = 0
     for ids in _id_batches(with_content, batch_size):
         chunks_deleted += _chunks_delete(run_ids=ids, batch_size=batch_size)
+        RunImage.objects.filter(run_id__in=ids).delete()  # the images were part of the bodies
         runs_stripped += Run.objects.filter(pk__in=ids).update(
             request_body=None, upstream_request=None
         )
@@ -120,6 +123,26 @@ def _runs_strip(*, organization: Organization, now: datetime, batch_size: int) -
     for ids in _id_batches(forwarded, batch_size):
         runs_stripped += Run.objects.filter(pk__in=ids).update(upstream_request=None)
     return PurgeCounts(chunks_deleted=chunks_deleted, runs_stripped=runs_stripped)
+
+
+def _images_delete_unused(*, organization: Organization, batch_size: int) -> PurgeCounts:
+    """Delete the organization's images no run refers to any more (their runs were deleted or
+    stripped), at most `batch_size` per statement.
+
+    Each DELETE checks again that no run uses the image, so a link committed meanwhile keeps
+    its image. A link the writer is committing at this very moment fails on the deleted image:
+    its batch is written again, and stores the image anew.
+    """
+    unused = Image.objects.filter(organization=organization).exclude(
+        Exists(RunImage.objects.filter(image=OuterRef("pk")))
+    )
+    deleted_total = 0
+    while True:
+        batch = list(unused.order_by("pk").values_list("pk", flat=True)[:batch_size])
+        if not batch:
+            return PurgeCounts(images_deleted=deleted_total)
+        deleted, _ = unused.filter(pk__in=batch).delete()  # one DELETE: nothing cascades
+        deleted_total += deleted
 
 
 def _chunks_delete(*, run_ids: list[str], batch_size: int) -> int:

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 
-from gateway.tokens import ByteEstimateTokenizer, TokenCounter, default_counter
+from gateway.tokens import (
+    ByteEstimateTokenizer,
+    TokenCounter,
+    default_counter,
+    image_tokens,
+    smart_resize,
+)
 
 SPEC_REPLY = "It caps how many tokens the model may generate for this reply."
 SPEC_SYSTEM = "You are a concise assistant for an inference platform."
@@ -165,3 +173,75 @@ def test_pieces_too_long_to_remember_are_counted_exactly_every_time() -> None:
 
     assert counter.count_prompt_piece(long_text) == counter.count(long_text)
     assert counter._remembered.cache_info().currsize == 0  # type: ignore[attr-defined]
+
+
+# Images: Qwen2.5-VL's formula (README, "Token counting").
+
+
+@pytest.mark.parametrize(
+    ("width", "height", "resized", "tokens"),
+    [
+        # Tiny images are scaled up to the minimum of 3,136 pixels: 56 x 56, 2 x 2 tokens.
+        pytest.param(1, 1, (56, 56), 6, id="1x1"),
+        pytest.param(14, 14, (56, 56), 6, id="14x14"),
+        pytest.param(28, 28, (56, 56), 6, id="28x28"),
+        pytest.param(56, 56, (56, 56), 6, id="56x56"),
+        # Each side rounded to the nearest multiple of 28.
+        pytest.param(100, 50, (112, 56), 10, id="100x50"),
+        pytest.param(448, 448, (448, 448), 258, id="448x448"),
+        pytest.param(1024, 768, (1036, 756), 1001, id="1024x768"),
+        pytest.param(1920, 1080, (1932, 1092), 2693, id="1920x1080"),
+        # Long and thin: the short side scaled up to 28 px, the ratio kept.
+        pytest.param(150, 1, (700, 28), 27, id="150x1"),
+        # Huge images are scaled down under the maximum of 12,845,056 pixels.
+        pytest.param(5000, 3000, (4620, 2772), 16337, id="5000x3000"),
+        pytest.param(8000, 6000, (4116, 3080), 16172, id="8000x6000"),
+    ],
+)
+def test_an_image_counts_a_token_per_28_px_square_of_it_resized_plus_its_frame(
+    width: int, height: int, resized: tuple[int, int], tokens: int
+) -> None:
+    resized_width, resized_height = resized
+
+    assert smart_resize(height, width) == (resized_height, resized_width)
+    assert image_tokens(width, height) == tokens == resized_width * resized_height // 784 + 2
+
+
+def test_a_resized_image_stays_within_the_processor_s_pixel_bounds() -> None:
+    for width, height in [(1, 1), (3, 700), (9000, 9000), (12345, 678), (4000, 4000)]:
+        resized_height, resized_width = smart_resize(height, width)
+        assert resized_height % 28 == resized_width % 28 == 0
+        assert 3136 <= resized_height * resized_width <= 12_845_056
+
+
+@dataclass(frozen=True)
+class Size:
+    width: int
+    height: int
+
+
+def test_a_prompt_counts_its_text_parts_and_its_images(qwen: TokenCounter) -> None:
+    url = "data:image/png;base64,iVBORw0KGgo="
+    messages = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": SPEC_QUESTION},
+                {"type": "image_url", "image_url": {"url": url}},
+            ],
+        }
+    ]
+
+    counted = qwen.prompt_tokens(messages, images=[Size(1024, 768), Size(1, 1)])
+
+    # The text as if alone (the data URL is not text), plus 1,001 + 6 for the two images.
+    assert counted == qwen.prompt_tokens([{"role": "user", "content": SPEC_QUESTION}]) + 1007
+    assert counted == 17 + 1007
+
+
+def test_text_parts_count_as_one_text_as_the_template_concatenates_them(
+    qwen: TokenCounter,
+) -> None:
+    parts = [{"type": "text", "text": "What does "}, {"type": "text", "text": "max_tokens limit?"}]
+
+    assert qwen.prompt_tokens([{"role": "user", "content": parts}]) == 17
