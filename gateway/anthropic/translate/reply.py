@@ -102,11 +102,11 @@ def finish_reason_of(finish_reason: Any, *, has_tool_calls: bool) -> str | None:
 def message_usage(usage: Any) -> dict[str, int]:
     """Anthropic usage for an OpenAI `usage` object (zeros when there is none).
 
-    Anthropic's `input_tokens` are the input tokens *not* read from the cache: the prompt is
-    `input_tokens + cache_read_input_tokens + cache_creation_input_tokens` (Anthropic's prompt
-    caching docs, "Tracking cache performance"), while OpenAI's `prompt_tokens` include
-    `prompt_tokens_details.cached_tokens`. So the cached tokens are moved from one to the other.
-    Model servers report no cache writes: `cache_creation_input_tokens` is 0.
+    Anthropic's `input_tokens` are the input tokens *not* read from the cache: "Total input
+    tokens in a request is the summation of `input_tokens`, `cache_creation_input_tokens`, and
+    `cache_read_input_tokens`" (the Messages API reference, `Message.usage`), while OpenAI's
+    `prompt_tokens` include `prompt_tokens_details.cached_tokens`. So the cached tokens move from
+    the one to the other. Model servers report no cache writes: `cache_creation_input_tokens` 0.
     """
     if not isinstance(usage, Mapping):
         usage = {}

@@ -4,6 +4,10 @@ The input is a request body already validated by the Messages route, as plain di
 is a chat-completions body for the rest of the pipeline. What has no counterpart is left out on
 purpose, each case with its reason below: `top_k` (PRODUCT.md decision 5: it never reaches a
 model server), `thinking` blocks of earlier turns, and fields such as `cache_control`.
+
+A conversation that ends with an assistant turn (Anthropic's "prefill") becomes a chat request
+that ends with an assistant message: a model server answers it with a new turn rather than
+continuing that text (vLLM's `continue_final_message` would, but Mortar does not forward it).
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from gateway.anthropic.translate import (
     messages_to_chat,
 )
 from gateway.anthropic.translate.tool_calls import UNPARSED_ARGUMENTS_KEY, tool_input, tool_use_id
+from gateway.contract.validation import validate_chat_request
 
 PNG = (  # a 1x1 pixel
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9"
@@ -952,6 +953,7 @@ def _meaning_of_messages_request(request: dict[str, Any]) -> dict[str, Any]:
 def test_a_messages_request_there_and_back_keeps_its_meaning(request: dict[str, Any]) -> None:
     chat = messages_to_chat(request)
     assert "top_k" not in chat
+    validate_chat_request(chat)  # what the chat contract accepts, so the pipeline can run it
     assert all(m["role"] in ("system", "user", "assistant", "tool") for m in chat["messages"])
     back = chat_to_messages(chat)
     assert _meaning_of_messages_request(back) == _meaning_of_messages_request(request)
