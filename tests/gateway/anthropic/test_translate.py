@@ -294,6 +294,80 @@ def test_thinking_becomes_the_reasoning_switch(thinking: Any, expected: bool | N
     assert chat.get("enable_thinking", "absent") == ("absent" if expected is None else expected)
 
 
+# --- chat request → Messages request (the inverse) ---
+
+
+def test_a_chat_request_becomes_a_messages_request() -> None:
+    request = {
+        "model": "qwen",
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "developer", "content": [{"type": "text", "text": "Use metric units."}]},
+            {"role": "user", "content": "Weather?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "weather", "arguments": '{"city":"Paris"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": "18 C", "is_error": True},
+            {"role": "user", "content": "Thanks. And now?"},
+        ],
+        "tools": [{"type": "function", "function": {"name": "weather"}}],
+        "parallel_tool_calls": False,
+        "stop": "END",
+        "max_tokens": 300,
+        "max_completion_tokens": 200,
+        "user": "user-42",
+        "enable_thinking": True,
+        "seed": 7,
+    }
+    assert chat_to_messages(request) == {
+        "model": "qwen",
+        "system": [
+            {"type": "text", "text": "Be brief."},
+            {"type": "text", "text": "Use metric units."},
+        ],
+        "messages": [
+            {"role": "user", "content": "Weather?"},
+            {
+                "role": "assistant",
+                "content": [
+                    {
+                        "type": "tool_use",
+                        "id": "call_1",
+                        "name": "weather",
+                        "input": {"city": "Paris"},
+                    }
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "call_1",
+                        "content": "18 C",
+                        "is_error": True,
+                    },
+                    {"type": "text", "text": "Thanks. And now?"},
+                ],
+            },
+        ],
+        "max_tokens": 200,
+        "tools": [{"name": "weather", "input_schema": {"type": "object", "properties": {}}}],
+        "tool_choice": {"type": "auto", "disable_parallel_tool_use": True},
+        "stop_sequences": ["END"],
+        "metadata": {"user_id": "user-42"},
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+    }
+
+
 # --- chat.completion → Message ---
 
 
