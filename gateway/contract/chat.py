@@ -22,6 +22,11 @@ class ChatRequest:
     max_tokens: int | None = None
     user: str | None = None
     sampling: dict[str, Any] = field(default_factory=dict)
+    # Set by the Messages surface (`gateway.anthropic.validation`), which chat fields can't say:
+    # its `thinking` switch (forwarded as vLLM's `chat_template_kwargs.enable_thinking`), and
+    # whether it held images (refused for a model without vision, not dropped).
+    enable_thinking: bool | None = None
+    has_images: bool = False
 
     @property
     def named_tool(self) -> str | None:
