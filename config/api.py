@@ -16,6 +16,7 @@ from ninja.errors import ValidationError as NinjaValidationError
 from ninja.openapi.schema import OpenAPISchema
 
 from core.errors import AuthenticationError, InvalidRequest, MortarError, error_for_status
+from core.http.middleware import envelope_for_path
 from core.http.openapi import add_components
 from core.http.responses import DeferredResponse, error_response
 from gateway.api import router as gateway_router
@@ -52,22 +53,34 @@ api.add_router("/telemetry", telemetry_router)
 api.add_router("/", replay_router)
 
 
+# Each error in its route's envelope: the one it was raised with, and Anthropic's on the Messages
+# route whatever raised it.
+
+
 @api.exception_handler(MortarError)
 def on_mortar_error(request: HttpRequest, exc: MortarError) -> HttpResponse:
-    return error_response(exc)
+    return error_response(exc, style=envelope_for_path(request.path, exc.style))
 
 
 @api.exception_handler(NinjaValidationError)
 def on_validation_error(request: HttpRequest, exc: NinjaValidationError) -> HttpResponse:
     # Never a 422 (PRODUCT.md decision 3).
-    return error_response(InvalidRequest(f"The request is not valid: {exc.errors}"))
+    return error_response(
+        InvalidRequest(f"The request is not valid: {exc.errors}"),
+        style=envelope_for_path(request.path),
+    )
 
 
 @api.exception_handler(NinjaAuthenticationError)
 def on_authentication_error(request: HttpRequest, exc: NinjaAuthenticationError) -> HttpResponse:
-    return error_response(AuthenticationError("The API key is not valid.", code="invalid_key"))
+    return error_response(
+        AuthenticationError("The API key is not valid.", code="invalid_key"),
+        style=envelope_for_path(request.path),
+    )
 
 
 @api.exception_handler(HttpError)
 def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
-    return error_response(error_for_status(exc.status_code, str(exc)))
+    return error_response(
+        error_for_status(exc.status_code, str(exc)), style=envelope_for_path(request.path)
+    )

@@ -6,6 +6,7 @@ from django.views.generic import RedirectView
 
 from config.api import api
 from core.errors import MortarError, RouteNotFound
+from core.http.middleware import envelope_for_path
 from core.http.responses import error_response
 from gateway.health import healthz, readyz
 
@@ -27,11 +28,16 @@ urlpatterns = [
 
 
 def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
-    return error_response(RouteNotFound(f"There is no route {request.method} {request.path}."))
+    return error_response(
+        RouteNotFound(f"There is no route {request.method} {request.path}."),
+        style=envelope_for_path(request.path),
+    )
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
-    return error_response(MortarError("Mortar failed to handle the request."))
+    return error_response(
+        MortarError("Mortar failed to handle the request."), style=envelope_for_path(request.path)
+    )
 
 
 handler404 = not_found

@@ -8,7 +8,8 @@
     │   ├── InvalidTools            400 invalid_tools
     │   ├── InvalidToolChoice       400 invalid_tool_choice
     │   ├── InvalidImage            400 invalid_image
-    │   └── ContextLengthExceeded   400 context_length_exceeded
+    │   ├── ContextLengthExceeded   400 context_length_exceeded
+    │   └── UnsupportedSurface      400 unsupported_surface  (a model this route does not serve)
     ├── AuthenticationError         401 missing_key / invalid_key
     ├── RouteNotFound               404 not_found
     ├── ModelNotFound               404 model_not_found
@@ -28,8 +29,10 @@ Every error carries the HTTP status, the envelope's ``type`` and ``code`` and, w
 is to blame, its ``param``. The status, type and code of a class are fixed; only
 `UpstreamRejected` and `HttpStatusError` take theirs from what was answered.
 
-An error is rendered in one of two envelopes (`envelope`): the OpenAI one every route uses
-(PRODUCT.md decision 3), and Arkor's flat one of the replay route.
+An error is rendered in one of three envelopes (`envelope`): the OpenAI one every route uses
+(PRODUCT.md decision 3), Arkor's flat one of the replay route, and Anthropic's on the Messages
+route (`{"type": "error", "error": {"type", "message"}}`, no `code`: the `type` follows from
+the status, `ANTHROPIC_ERROR_TYPES`).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from typing import Any
 class Envelope(Enum):
     OPENAI = "openai"  # {"error": {"message", "type", "param", "code"}}
     FLAT = "flat"  # {"error": "…", "code": "…"} (Arkor's, on the replay route)
+    ANTHROPIC = "anthropic"  # {"type": "error", "error": {"type", "message"}} (Messages route)
 
 
 class MortarError(Exception):
@@ -99,6 +103,14 @@ class InvalidImage(InvalidRequest):
 
 class ContextLengthExceeded(InvalidRequest):
     code = "context_length_exceeded"
+
+
+class UnsupportedSurface(InvalidRequest):
+    """A model sent to a route that does not serve it: Arkor's "400 with a message naming the
+    route that does serve it". Not `model_not_available`, which is Mortar's 503 for a model
+    that is listed but not deployed."""
+
+    code = "unsupported_surface"
 
 
 class AuthenticationError(MortarError):
@@ -203,11 +215,42 @@ def error_for_status(status: int, message: str) -> MortarError:
     return HttpStatusError(message, status=status)
 
 
+# Anthropic's error `type` for each status (issue 13, the Messages route's error table).
+ANTHROPIC_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    502: "api_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+
+
+def anthropic_error_type(status: int) -> str:
+    """Anthropic's error `type` for a status; one the table lacks is a request or an API error."""
+    found = ANTHROPIC_ERROR_TYPES.get(status)
+    if found is not None:
+        return found
+    return "invalid_request_error" if status < 500 else "api_error"
+
+
 def envelope(error: MortarError, style: Envelope | None = None) -> dict[str, Any]:
     """The error's body, in the envelope of the route that answers it (its own by default)."""
     style = style or error.style
     if style is Envelope.FLAT:
         return {"error": error.message, "code": error.code}
+    if style is Envelope.ANTHROPIC:
+        # No `code` and no `param` (Arkor, "Authentication"): Anthropic's SDKs read the type.
+        return {
+            "type": "error",
+            "error": {"type": anthropic_error_type(error.status), "message": error.message},
+        }
     return {
         "error": {
             "message": error.message,

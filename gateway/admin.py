@@ -12,5 +12,5 @@ class DeploymentAdmin(admin.ModelAdmin[Deployment]):
 
 @admin.register(CatalogModel)
 class CatalogModelAdmin(admin.ModelAdmin[CatalogModel]):
-    list_display = ["id", "deployment", "context_window", "vision", "deployed"]
-    list_filter = ["deployment", "deployed"]
+    list_display = ["id", "deployment", "context_window", "vision", "surfaces", "deployed"]
+    list_filter = ["deployment", "deployed", "surfaces"]

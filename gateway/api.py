@@ -1,9 +1,10 @@
-"""The gateway's operations under /v1/: chat completions, the model list, and Stop.
+"""The gateway's operations under /v1/: chat completions, Messages, the model list, and Stop.
 
 Thin: each authenticates with the operation's auth, calls one function, and returns its
 response. `POST /v1/chat/completions` is also reachable through the lean ASGI dispatch
 (`core.http.asgi`), which calls this same operation. What each accepts and answers is declared
-in `gateway.contract` (`docs` for what ninja cannot infer) and served in /v1/openapi.json.
+in `gateway.contract` and `gateway.anthropic` (`docs` for what ninja cannot infer) and served in
+/v1/openapi.json. The Messages operations answer auth failures in Anthropic's envelope.
 """
 
 from __future__ import annotations
@@ -12,7 +13,14 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from ninja import P, PathEx, Router
 
 from accounts.auth import api_key_auth, key_of
+from core.errors import Envelope
 from core.http.responses import json_response
+from gateway.anthropic.docs import (
+    COUNT_TOKENS_DOCS,
+    COUNT_TOKENS_RESPONSES,
+    MESSAGE_DOCS,
+    MESSAGE_RESPONSES,
+)
 from gateway.catalog.selectors import model_list
 from gateway.contract.docs import (
     CHAT_COMPLETION_DOCS,
@@ -22,9 +30,10 @@ from gateway.contract.docs import (
     STOP_RESPONSES,
 )
 from gateway.coordination.stop import live_generations
-from gateway.pipeline import chat_completion
+from gateway.pipeline import chat_completion, message_create, message_token_count
 
 router = Router(auth=api_key_auth())
+messages_auth = api_key_auth(Envelope.ANTHROPIC)
 
 CHAT_COMPLETIONS_PATH = "/v1/chat/completions"
 
@@ -45,6 +54,34 @@ async def create_chat_completion(request: HttpRequest) -> HttpResponseBase:
 
 
 @router.post(
+    "/messages",
+    auth=messages_auth,
+    operation_id="create_message",
+    tags=["Messages"],
+    summary="Create a message (Anthropic's Messages API)",
+    response=MESSAGE_RESPONSES,
+    openapi_extra=MESSAGE_DOCS,
+)
+async def create_message(request: HttpRequest) -> HttpResponseBase:
+    """Create a message: one Message object, or Anthropic's stream of server-sent events."""
+    return await message_create(request, key_of(request))
+
+
+@router.post(
+    "/messages/count_tokens",
+    auth=messages_auth,
+    operation_id="count_message_tokens",
+    tags=["Messages"],
+    summary="Count a message's input tokens",
+    response=COUNT_TOKENS_RESPONSES,
+    openapi_extra=COUNT_TOKENS_DOCS,
+)
+async def count_message_tokens(request: HttpRequest) -> HttpResponse:
+    """Count the input tokens `POST /v1/messages` would bill for this request."""
+    return json_response({"input_tokens": await message_token_count(request, key_of(request))})
+
+
+@router.post(
     "/generations/{run_id}/stop",
     operation_id="stop_generation",
     tags=["Chat completions"],
@@ -54,7 +91,10 @@ async def create_chat_completion(request: HttpRequest) -> HttpResponseBase:
 )
 async def stop_generation(
     request: HttpRequest,
-    run_id: PathEx[str, P(description="The completion's ID (`X-Mortar-Request-Id`).")],
+    run_id: PathEx[
+        str,
+        P(description="The completion's or message's ID (`X-Mortar-Request-Id`)."),
+    ],
 ) -> HttpResponse:
     """Stop a generation still running: 200 when stopped, else 404 with the same body.
 

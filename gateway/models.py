@@ -49,6 +49,14 @@ class Deployment(models.Model):
 class CatalogModel(models.Model):
     """A model clients can name in `model`, served by one deployment."""
 
+    class Surfaces(models.TextChoices):
+        """The API surfaces a model is served on (Arkor, "Routes"): OpenAI's chat completions,
+        Anthropic's Messages, or both."""
+
+        BOTH = "both", "OpenAI and Anthropic"
+        OPENAI = "openai", "OpenAI chat completions only"
+        ANTHROPIC = "anthropic", "Anthropic Messages only"
+
     id = models.CharField(max_length=200, primary_key=True)
     context_window = models.PositiveIntegerField(default=4096)
     vision = models.BooleanField(default=False)
@@ -62,6 +70,7 @@ class CatalogModel(models.Model):
     price_input = models.DecimalField(max_digits=12, decimal_places=6, default=0)
     price_cached_input = models.DecimalField(max_digits=12, decimal_places=6, default=0)
     price_output = models.DecimalField(max_digits=12, decimal_places=6, default=0)
+    surfaces = models.CharField(max_length=16, choices=Surfaces.choices, default=Surfaces.BOTH)
 
     class Meta:
         db_table = "gateway_model"
@@ -82,3 +91,7 @@ class CatalogModel(models.Model):
     @property
     def is_servable(self) -> bool:
         return self.deployed and self.deployment_id is not None
+
+    def serves(self, surface: str) -> bool:
+        """Whether requests on `surface` (`openai` or `anthropic`) may name this model."""
+        return self.surfaces in (CatalogModel.Surfaces.BOTH, surface)

@@ -4,16 +4,21 @@ Tests and benchmarks start it as a real process (`python -m mockmodel --port N`)
 `POST /v1/chat/completions` as JSON or SSE like vLLM does (a first chunk with the role and empty
 content, one chunk per token, the finish reason on the last content chunk, a usage chunk with
 empty `choices` when `stream_options.include_usage`, `[DONE]`), with usage carrying
-`prompt_tokens_details.cached_tokens`, streamed tool-call pieces and reasoning.
+`prompt_tokens_details.cached_tokens`, streamed tool-call pieces and reasoning. A reply that would
+hold one of the request's `stop` strings is cut before it, with the string in `stop_reason`.
 
 Behaviour is set per request by a directive in the conversation's text (a message's content, or
 the text parts of content parts, as beside an image), e.g.
 `[mock fault=drop chunks=10 delay_ms=50]`, or for every request by `POST /_mock/config`:
 
-    fault       none | hang | error500 | error400 | drop | runon | garbage | garbage_late | reset
+    fault       none | hang | error500 | error400 | status | drop | runon | garbage |
+                garbage_late | reset
+    status      the HTTP status `fault=status` answers with (an OpenAI-style error body)
     chunks      content tokens to send (capped by max_tokens, except for fault=runon)
     delay_ms    pause between chunks;   first_delay_ms   pause before the response starts
-    reasoning   reasoning tokens before the content (sent as `reasoning_content`)
+    reasoning   reasoning tokens before the content (sent as `reasoning_content`); none when
+                the request turns thinking off (`chat_template_kwargs.enable_thinking: false`,
+                as Qwen3's chat template does on vLLM)
     cached      `prompt_tokens_details.cached_tokens` to report;   usage=0 reports none
 
 `GET /_mock/requests` lists what arrived (headers, body, the client's address), `DELETE` clears
@@ -43,6 +48,7 @@ DEFAULTS: dict[str, Any] = {
     "reasoning": 0,
     "cached": 0,
     "usage": 1,
+    "status": 500,
 }
 RUNON_SAFETY_LIMIT = 100_000
 
@@ -147,6 +153,18 @@ class MockModel:
                 status=400,
             )
 
+        if fault == "status":
+            return web.json_response(
+                {
+                    "object": "error",
+                    "message": f"The mock answers {settings['status']} as asked.",
+                    "type": "MockError",
+                    "param": None,
+                    "code": settings["status"],
+                },
+                status=settings["status"],
+            )
+
         completion = Completion(body, settings)
         if not body.get("stream"):
             if settings["delay_ms"]:
@@ -184,7 +202,10 @@ class Completion:
 
     def __init__(self, body: dict[str, Any], settings: dict[str, Any]):
         self.body = body
-        self.settings = settings
+        self.settings = dict(settings)
+        template = body.get("chat_template_kwargs") or {}
+        if template.get("enable_thinking") is False:
+            self.settings["reasoning"] = 0  # the chat template turns the model's thinking off
         self.id = f"chatcmpl-{uuid.uuid4().hex}"
         self.created = int(time.time())
         self.model = body.get("model", "mock-model")
@@ -200,8 +221,29 @@ class Completion:
             if (not self.runon and int(settings["chunks"]) > max_tokens)
             else "stop"
         )
+        self.stop_reason = self._stop_at_a_stop_string()
         prompt_text = json.dumps(body.get("messages", []))
         self.prompt_tokens = max(1, len(prompt_text) // 4)
+
+    def _stop_at_a_stop_string(self) -> str | None:
+        """As vLLM does: cut the reply before the first of the request's `stop` strings it
+        would hold, finish with `stop`, and name the string in `stop_reason`."""
+        stop = self.body.get("stop")
+        strings = [stop] if isinstance(stop, str) else list(stop or [])
+        text = "".join(self.pieces)
+        hits = [(text.find(string), string) for string in strings if string and string in text]
+        if not hits or self.runon:
+            return None
+        at, string = min(hits)
+        kept: list[str] = []
+        for piece in self.pieces:
+            room = at - len("".join(kept))
+            if room <= 0:
+                break
+            kept.append(piece[:room])
+        self.pieces = kept
+        self.finish_reason = "stop"
+        return string
 
     def _tool_to_call(self) -> dict[str, Any] | None:
         tools = self.body.get("tools") or []
@@ -239,9 +281,10 @@ class Completion:
         return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
 
     def _delta(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
-        return self._chunk(
-            [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]
-        )
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        if finish_reason is not None and self.stop_reason is not None:
+            choice["stop_reason"] = self.stop_reason
+        return self._chunk([choice])
 
     def events(self) -> Iterator[bytes]:
         yield self._delta({"role": "assistant", "content": ""})
@@ -304,6 +347,7 @@ class Completion:
                     "message": message,
                     "logprobs": None,
                     "finish_reason": self.finish_reason,
+                    "stop_reason": self.stop_reason,
                 }
             ],
         }

@@ -1,6 +1,8 @@
 """GET /v1/chat/completions/runs/{id}: replay a stored run as the client saw it.
 
-Errors on this route use Arkor's flat envelope, `{"error": "…", "code": "…"}`.
+Any run, whatever its surface: a chat completion's chunks, or a Messages run's Anthropic events
+(`msg_…` ids), each re-emitted exactly as it was sent (PRODUCT.md, "Decisions for the second
+wave"). Errors on this route use Arkor's flat envelope, `{"error": "…", "code": "…"}`.
 """
 
 from __future__ import annotations
@@ -13,13 +15,17 @@ from ninja import P, PathEx, Router
 from accounts.auth import api_key_auth, key_of
 from core.errors import Envelope, InvalidParameter, RunGone
 from core.http.openapi import (
+    AnthropicErrorEnvelope,
     ErrorEnvelope,
     SchemaRef,
     error_responses,
     event_stream_content,
     json_content,
+    json_text,
 )
 from core.http.responses import error_response
+from gateway.anthropic.docs import STREAM_EVENT_NAMES
+from gateway.anthropic.response import Message, StreamEventData
 from gateway.contract.docs import CHUNK_DATA
 from gateway.contract.response import ChatCompletion
 from replay.selectors import chunks_after, replayable_run
@@ -65,15 +71,45 @@ REPLAY_DOCS = {
     "responses": {
         200: {
             "description": "The run as its client received it: the stored JSON body of a "
-            "non-streaming run (a chat completion, or the error it failed with), or the "
-            "stream's events, each behind an `id: <sequence number>` line.",
+            "non-streaming run (a chat completion or a Message, or the error it failed with), "
+            "or the stream's events, each behind an `id: <sequence number>` line.",
             "content": {
-                **json_content({"anyOf": [SchemaRef(ChatCompletion), SchemaRef(ErrorEnvelope)]}),
+                **json_content(
+                    {
+                        "anyOf": [
+                            SchemaRef(ChatCompletion),
+                            SchemaRef(ErrorEnvelope),
+                            SchemaRef(Message),
+                            SchemaRef(AnthropicErrorEnvelope),
+                        ]
+                    }
+                ),
                 **event_stream_content(
-                    {"id": {"type": "string", "pattern": "^[0-9]+$"}, "data": CHUNK_DATA},
+                    {
+                        "id": {"type": "string", "pattern": "^[0-9]+$"},
+                        "event": {
+                            "type": "string",
+                            "enum": STREAM_EVENT_NAMES,
+                            "description": "On a Messages run's events (Anthropic's names).",
+                        },
+                        "data": {
+                            "anyOf": [
+                                CHUNK_DATA,
+                                json_text(
+                                    {
+                                        "anyOf": [
+                                            SchemaRef(StreamEventData),
+                                            SchemaRef(AnthropicErrorEnvelope),
+                                        ]
+                                    }
+                                ),
+                            ]
+                        },
+                    },
                     required=["id", "data"],
                     description="A stored event, byte for byte, behind an `id:` line holding "
-                    "its sequence number (pings included).",
+                    "its sequence number (pings included). A Messages run's events keep their "
+                    "`event:` line and Anthropic's `data`.",
                     example='id: 0\ndata: {"id":"chatcmpl-1e3a5c7b9d0f2a4c6e8b0d1f",…}\n\n',
                 ),
             },
@@ -92,7 +128,7 @@ REPLAY_DOCS = {
 )
 async def replay_run(
     request: HttpRequest,
-    run_id: PathEx[str, P(description="The run's ID: its completion's ID.")],
+    run_id: PathEx[str, P(description="The run's ID: its completion's or message's ID.")],
 ) -> HttpResponseBase:
     """Replay a stored run as the client received it, byte for byte."""
     key = key_of(request)

@@ -2,7 +2,9 @@
 the run's stored bodies instead of repeating its bytes.
 
 A run's request body (and the body sent upstream) is stored with each data URL of an image it
-carried replaced by a reference, `mortar-image:sha256:<64 hex>`; the image itself is one
+carried replaced by a reference, `mortar-image:sha256:<64 hex>` — and each bare base64 string of
+one (a Messages `image` block's `source.data`) by `mortar-image-base64:sha256:<64 hex>`; the
+image itself is one
 `Image` row per organization and hash, and `RunImage` rows say which run carried which image
 where. Issue 13: "the same screenshot sent in 50 turns of an agent loop is stored once". The
 data URL is the canonical base64 of the bytes (the gateway refuses any other), so the body as
@@ -23,7 +25,8 @@ from datetime import datetime
 from telemetry.models import Image, RunImage
 from telemetry.records import ImageRecord, RunFields
 
-REFERENCE_PREFIX = "mortar-image:sha256:"
+REFERENCE_PREFIX = "mortar-image:sha256:"  # stands for the image's data URL
+BASE64_REFERENCE_PREFIX = "mortar-image-base64:sha256:"  # for its bare base64 (Messages)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +37,10 @@ class HashedImage:
     @property
     def reference(self) -> bytes:
         return f"{REFERENCE_PREFIX}{self.sha256}".encode()
+
+    @property
+    def base64_reference(self) -> bytes:
+        return f"{BASE64_REFERENCE_PREFIX}{self.sha256}".encode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +81,10 @@ def _with_references(body: bytes, images: Sequence[HashedImage]) -> bytes:
         if image.sha256 not in done:
             done.add(image.sha256)
             # Quoted: the URL is a whole JSON string, never the start of a longer one.
+            encoded = base64.b64encode(image.record.data)
             url = data_url(image.record.media_type, image.record.data)
             body = body.replace(b'"%s"' % url, b'"%s"' % image.reference)
+            body = body.replace(b'"%s"' % encoded, b'"%s"' % image.base64_reference)
     return body
 
 
@@ -85,6 +94,8 @@ def body_with_images(body: bytes, images: Mapping[str, tuple[str, bytes]]) -> by
     for sha256, (media_type, data) in images.items():
         reference = f"{REFERENCE_PREFIX}{sha256}".encode()
         body = body.replace(b'"%s"' % reference, b'"%s"' % data_url(media_type, data))
+        reference = f"{BASE64_REFERENCE_PREFIX}{sha256}".encode()
+        body = body.replace(b'"%s"' % reference, b'"%s"' % base64.b64encode(data))
     return body
 
 

@@ -20,7 +20,8 @@ class Run(models.Model):
         ESTIMATE = "estimate"
         UPSTREAM = "upstream"
 
-    # The run id is the completion id (PRODUCT.md decision 11): chatcmpl- + 24 hex.
+    # The run id is the reply's id (PRODUCT.md decision 11): chatcmpl- + 24 hex for a chat
+    # completion, msg_ + 24 hex for a Message (`core.ids`).
     id = models.CharField(max_length=40, primary_key=True)
     organization = models.ForeignKey(
         "accounts.Organization", on_delete=models.CASCADE, related_name="runs"

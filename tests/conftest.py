@@ -28,7 +28,7 @@ from gateway.models import CatalogModel, Deployment
 from telemetry.models import Run
 from tests.support.servers import ROOT, ServerProcess, start_mortar
 
-pytest_plugins = ["tests.support.upstreams"]
+pytest_plugins = ["tests.support.upstreams", "tests.support.catalog"]
 
 
 MOCK_UPSTREAM_KEY = "test-upstream-key-from-the-environment"

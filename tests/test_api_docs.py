@@ -90,11 +90,52 @@ def test_chat_completions_declares_its_body_and_answers(document: dict[str, Any]
         }
 
 
+def test_messages_declares_its_body_and_answers_in_anthropics_envelope(
+    document: dict[str, Any],
+) -> None:
+    operation = operations(document)["create_message"]
+
+    body = operation["requestBody"]["content"]["application/json"]
+    assert body["schema"] == {"$ref": "#/components/schemas/MessagesRequest"}
+    assert set(body["examples"]) == {"json", "stream", "tools", "tool_result"}
+    request = document["components"]["schemas"]["MessagesRequest"]
+    assert request["required"] == ["model", "max_tokens", "messages"]
+    assert {"system", "tools", "tool_choice", "stop_sequences", "metadata", "thinking"} <= set(
+        request["properties"]
+    )
+    answers = operation["responses"]
+    assert set(answers) == {"200", "400", "401", "404", "409", "413", "502", "503", "504"}
+    assert answers["200"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/Message"
+    }
+    assert "request-id" in answers["200"]["headers"]
+    stream = answers["200"]["content"]["text/event-stream"]["schema"]
+    assert stream["required"] == ["event", "data"]
+    for status in ("400", "401", "404", "413", "502", "503", "504"):
+        assert answers[status]["content"]["application/json"]["schema"] == {
+            "$ref": "#/components/schemas/AnthropicErrorEnvelope"
+        }
+    envelope = document["components"]["schemas"]["AnthropicErrorEnvelope"]
+    assert envelope["additionalProperties"] is False  # no `code`
+    headers = {p["name"] for p in operation["parameters"] if p["in"] == "header"}
+    assert {"anthropic-version", "anthropic-beta", "X-Mortar-Session"} <= headers
+
+    counting = operations(document)["count_message_tokens"]
+    assert counting["requestBody"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/CountTokensRequest"
+    }
+    assert counting["responses"]["200"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/TokenCount"
+    }
+
+
 def test_every_operation_declares_its_answers_with_schemas(document: dict[str, Any]) -> None:
     declared = operations(document)
 
     assert set(declared) == {
         "create_chat_completion",
+        "create_message",
+        "count_message_tokens",
         "list_models",
         "stop_generation",
         "telemetry_stream",

@@ -30,6 +30,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from gateway.anthropic.examples import MESSAGES_REQUESTS
 from gateway.contract.examples import CHAT_REQUESTS
 from tests.conftest import Tenant
 from tests.support.servers import ServerProcess
@@ -48,6 +49,8 @@ CHECKS = [
 # the most: their body is the contract with the most to get wrong.
 BUDGET = {
     "create_chat_completion": 120,
+    "create_message": 100,
+    "count_message_tokens": 30,
     "list_models": 15,
     "stop_generation": 30,
     "replay_run": 16,
@@ -93,6 +96,8 @@ def test_the_document_declares_every_v1_operation(api_schema: schemathesis.BaseS
 
     assert operations == {
         "POST /v1/chat/completions",
+        "POST /v1/messages",
+        "POST /v1/messages/count_tokens",
         "GET /v1/chat/completions/runs/{run_id}",
         "POST /v1/generations/{run_id}/stop",
         "GET /v1/models",
@@ -195,6 +200,9 @@ def test_the_documents_examples_are_answered_as_declared(
     # The spec's requests (and every example field) are valid: each gets its completion.
     assert len(answered["create_chat_completion"]) >= len(CHAT_REQUESTS)
     assert set(answered["create_chat_completion"]) == {200}
+    assert len(answered["create_message"]) >= len(MESSAGES_REQUESTS)
+    assert set(answered["create_message"]) == {200}
+    assert set(answered["count_message_tokens"]) == {200}
     # The spec's stop example names a generation that is not running here.
     assert answered["stop_generation"] == [404]
     assert answered["telemetry_stream"] == [200]

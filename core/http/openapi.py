@@ -10,7 +10,7 @@ is still declared once, as a pydantic type.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from ninja.schema import NinjaGenerateJsonSchema
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -60,10 +60,48 @@ class FlatErrorEnvelope(BaseModel):
     code: str = Field(description="A machine-readable code, such as `run_gone`.")
 
 
+class AnthropicErrorBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: str = Field(
+        description="Follows from the status: `invalid_request_error` (400), "
+        "`authentication_error` (401), `billing_error` (402), `permission_error` (403), "
+        "`not_found_error` (404), `request_too_large` (413), `rate_limit_error` (429), "
+        "`api_error` (500, 502), `timeout_error` (504), `overloaded_error` (503, 529)."
+    )
+    message: str = Field(description="What went wrong, for a person to read.")
+
+
+class AnthropicErrorEnvelope(BaseModel):
+    """Every error on the Messages route: Anthropic's envelope, without a `code`."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "type": "error",
+                    "error": {
+                        "type": "invalid_request_error",
+                        "message": "`max_tokens` is required.",
+                    },
+                }
+            ]
+        },
+    )
+    type: Literal["error"]
+    error: AnthropicErrorBody
+
+
+_ENVELOPES: dict[Envelope, type[BaseModel]] = {
+    Envelope.OPENAI: ErrorEnvelope,
+    Envelope.FLAT: FlatErrorEnvelope,
+    Envelope.ANTHROPIC: AnthropicErrorEnvelope,
+}
+
+
 def error_responses(*statuses: int, style: Envelope = Envelope.OPENAI) -> dict[int, type]:
     """A `response=` entry for each status, answered in the route's error envelope."""
-    envelope = FlatErrorEnvelope if style is Envelope.FLAT else ErrorEnvelope
-    return dict.fromkeys(statuses, envelope)
+    return dict.fromkeys(statuses, _ENVELOPES[style])
 
 
 @dataclass(frozen=True)

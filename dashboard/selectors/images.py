@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from django.db.models import F, QuerySet
 
-from telemetry.images import REFERENCE_PREFIX, body_with_images
+from telemetry.images import BASE64_REFERENCE_PREFIX, REFERENCE_PREFIX, body_with_images
 from telemetry.models import RunImage
 
 
@@ -64,7 +64,7 @@ def body_as_received(run_id: str, stored: bytes | memoryview | None) -> bytes | 
     if stored is None:
         return None
     body = bytes(stored)
-    if REFERENCE_PREFIX.encode() not in body:
+    if REFERENCE_PREFIX.encode() not in body and BASE64_REFERENCE_PREFIX.encode() not in body:
         return body
     images = {
         sha256: (media_type, bytes(data))

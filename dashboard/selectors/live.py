@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 from django.utils import timezone
 
-from dashboard.selectors.runs import Reply, reply_of
+from dashboard.selectors.replies import Reply, reply_of
 from gateway.tokens import TokenCounter, default_counter
 from telemetry.models import Run, RunChunk
 

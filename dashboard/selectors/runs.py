@@ -17,7 +17,9 @@ from typing import Any
 import orjson
 from django.db.models import Q, QuerySet
 
+from core.ids import is_message_id
 from dashboard.selectors.images import body_as_received
+from dashboard.selectors.replies import Reply, reply_of
 from telemetry.models import Run, RunChunk
 
 PAGE_SIZE = 50
@@ -194,68 +196,6 @@ def run_chunk_count(run_id: str) -> int:
     return RunChunk.objects.filter(run_id=run_id).count()
 
 
-@dataclass
-class Reply:
-    """What the client was sent, put back together from the stored chunks."""
-
-    content: str = ""
-    reasoning: str = ""
-    tool_calls: list[dict[str, Any]] | None = None
-    finish_reason: str = ""
-    error: dict[str, Any] | None = None
-
-
-def reply_of(chunks: list[bytes]) -> Reply:
-    """Join the deltas of an SSE stream, or read the message of a JSON body."""
-    reply = Reply()
-    calls: dict[int, dict[str, Any]] = {}
-    for data in chunks:
-        for payload in _payloads(data):
-            if "error" in payload:
-                reply.error = payload["error"]
-                continue
-            for choice in payload.get("choices") or ():
-                message = choice.get("delta") or choice.get("message") or {}
-                reply.content += message.get("content") or ""
-                reply.reasoning += (
-                    message.get("reasoning_content") or message.get("reasoning") or ""
-                )
-                for call in message.get("tool_calls") or ():
-                    _merge_tool_call(calls, call)
-                if choice.get("finish_reason"):
-                    reply.finish_reason = choice["finish_reason"]
-    if calls:
-        reply.tool_calls = [calls[index] for index in sorted(calls)]
-    return reply
-
-
-def _payloads(data: bytes) -> list[dict[str, Any]]:
-    if data.lstrip().startswith(b"{"):
-        return _json_objects(data)
-    found = []
-    for line in data.splitlines():
-        if line.startswith(b"data:") and line[5:].strip() != b"[DONE]":
-            found += _json_objects(line[5:])
-    return found
-
-
-def _json_objects(raw: bytes) -> list[dict[str, Any]]:
-    try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return []
-    return [value] if isinstance(value, dict) else []
-
-
-def _merge_tool_call(calls: dict[int, dict[str, Any]], piece: dict[str, Any]) -> None:
-    index = piece.get("index", len(calls))
-    call = calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
-    call["id"] = piece.get("id") or call["id"]
-    function = piece.get("function") or {}
-    call["name"] += function.get("name") or ""
-    call["arguments"] += function.get("arguments") or ""
-
-
 def run_reply(run_id: str) -> Reply:
     return reply_of(
         [
@@ -312,8 +252,10 @@ def run_curl(run: Run, *, base_url: str) -> str | None:
     if received is None:
         return None
     body = received.decode("utf-8", "replace")
+    # The route the run came in on: its id says which (a Messages run's is `msg_…`).
+    route = "/v1/messages" if is_message_id(run.pk) else "/v1/chat/completions"
     lines = [
-        f"curl -N {shlex.quote(base_url.rstrip('/') + '/v1/chat/completions')}",
+        f"curl -N {shlex.quote(base_url.rstrip('/') + route)}",
         '-H "Authorization: Bearer $MORTAR_API_KEY"',
         "-H 'Content-Type: application/json'",
     ]

@@ -13,6 +13,7 @@
         deployment: vllm-a
         context_window: 32768
         vision: false                              # optional
+        surfaces: [openai, anthropic]              # optional: the routes that serve it
         deployed: true                             # optional
         prices: {input: 0.20, cached_input: 0.05, output: 0.60}  # per million tokens
     organizations:
@@ -23,6 +24,9 @@
 
 Applying is idempotent: each entry is created or updated by its name; nothing is deleted.
 A deployment without `upstreams` is a scripted one (`scripted_delay_ms` sets its pace).
+A model's `surfaces` lists the APIs that may name it: `openai` (`POST /v1/chat/completions`),
+`anthropic` (`POST /v1/messages`), or both, the default. A request on a route the model is not
+served on is refused with 400, naming the route that serves it.
 """
 
 from __future__ import annotations
@@ -80,13 +84,32 @@ class Prices(_Strict):
     output: Decimal = Field(Decimal(0), ge=0)
 
 
+Surface = Literal["openai", "anthropic"]
+SURFACES: tuple[Surface, ...] = ("openai", "anthropic")
+
+
 class ModelEntry(_Strict):
     id: str = Field(min_length=1, max_length=200)
     deployment: str
     context_window: int = Field(4096, gt=0)
     vision: bool = False
+    surfaces: list[Surface] = Field(default_factory=lambda: list(SURFACES), min_length=1)
     deployed: bool = True
     prices: Prices = Field(default_factory=lambda: Prices())
+
+    @field_validator("surfaces")
+    @classmethod
+    def _distinct_surfaces(cls, surfaces: list[Surface]) -> list[Surface]:
+        if len(set(surfaces)) != len(surfaces):
+            raise ValueError("a surface is listed twice")
+        return surfaces
+
+    @property
+    def surfaces_value(self) -> str:
+        """The catalog's value for the listed surfaces (`CatalogModel.Surfaces`)."""
+        if len(self.surfaces) == 2:
+            return CatalogModel.Surfaces.BOTH
+        return self.surfaces[0]
 
 
 class OrganizationEntry(_Strict):
@@ -155,6 +178,7 @@ def config_apply(config: ConfigFile) -> list[str]:
                 "deployment": Deployment.objects.get(name=model.deployment),
                 "context_window": model.context_window,
                 "vision": model.vision,
+                "surfaces": model.surfaces_value,
                 "deployed": model.deployed,
                 "price_input": model.prices.input,
                 "price_cached_input": model.prices.cached_input,

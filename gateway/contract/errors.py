@@ -204,20 +204,30 @@ REFUSALS: dict[tuple[str, str], Refusal] = {
 
 def refusal_for(invalid: ValidationError) -> InvalidRequest:
     """The error to refuse the request with: the first refused field's, from `REFUSALS`."""
-    return _refuse(min(invalid.errors(include_url=False), key=_rank))
+    return refusal_from(invalid, REFUSALS, _RANK)
 
 
-def _rank(error: ErrorDetails) -> int:
-    loc = error["loc"]
-    return _RANK.get(str(loc[0]), len(_RANK)) if loc else -1
+def refusal_from(
+    invalid: ValidationError,
+    refusals: dict[tuple[str, str], Refusal],
+    rank: dict[str, int],
+) -> InvalidRequest:
+    """The refusal of the first refused field (by its top-level field's `rank`), from a table
+    written like `REFUSALS` (the Messages route has its own: `gateway.anthropic.refusals`)."""
+
+    def first(error: ErrorDetails) -> int:
+        loc = error["loc"]
+        return rank.get(str(loc[0]), len(rank)) if loc else -1
+
+    return _refuse(min(invalid.errors(include_url=False), key=first), refusals)
 
 
-def _refuse(error: ErrorDetails) -> InvalidRequest:
+def _refuse(error: ErrorDetails, refusals: dict[tuple[str, str], Refusal]) -> InvalidRequest:
     fields = [part for part in error["loc"] if not (isinstance(part, str) and ":" in part)]
     indexes = [part for part in fields if isinstance(part, int)]
     path = ".".join("*" if isinstance(part, int) else part for part in fields)
     kind = _kind(error)
-    refusal = REFUSALS.get((path, kind)) or REFUSALS.get((path, "*"))
+    refusal = refusals.get((path, kind)) or refusals.get((path, "*"))
     values: dict[str, Any] = {
         **error.get("ctx", {}),
         "at": _param(fields),

@@ -25,7 +25,7 @@ import orjson
 from django.http import HttpResponse
 
 from core.backplane import Backplane, backplane
-from core.errors import IdempotencyConflict, InvalidParameter, UpstreamError, envelope
+from core.errors import Envelope, IdempotencyConflict, InvalidParameter, UpstreamError, envelope
 from core.http.requests import AnyRequest
 from core.loops import PerLoop
 
@@ -113,11 +113,12 @@ class Claim:
             Answer(response.status_code, response.content, response.get("Content-Type", "")),
         )
 
-    async def abandon(self) -> None:
-        """The leader could not finish: waiters get an error rather than waiting forever."""
+    async def abandon(self, style: Envelope) -> None:
+        """The leader could not finish: waiters get an error (in the route's envelope) rather
+        than waiting forever."""
         error = UpstreamError("The shared generation this request waited for was cancelled.")
         await self._board.answer(
-            self, Answer(error.status, orjson.dumps(envelope(error)), "application/json")
+            self, Answer(error.status, orjson.dumps(envelope(error, style)), "application/json")
         )
 
     async def wait(self) -> Answer:

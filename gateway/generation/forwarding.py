@@ -4,7 +4,9 @@ Only the fields PRODUCT.md decision 5 allows reach a model server — messages, 
 `tool_choice`, `parallel_tool_calls`, the planned output cap and the range-checked sampling
 fields — plus what Mortar itself needs to relay: the upstream's model name, `stream: true` and
 `stream_options.include_usage` (Mortar always streams from the model server, so it can relay,
-time and cut the reply, and ask for its usage). Nothing else: no key, no user, no headers.
+time and cut the reply, and ask for its usage). A Messages request's `thinking` becomes the
+server's reasoning switch, vLLM's `chat_template_kwargs: {"enable_thinking": …}` (issue 13).
+Nothing else: no key, no user, no headers.
 
 A replica that fails before its first chunk is marked failed for a cool-down and the request
 moves on to the next (`routing.py`); after the first chunk there is no retry. A model server
@@ -44,6 +46,8 @@ def upstream_body(chat: ChatRequest, *, upstream_model: str, max_tokens: int) ->
         body["parallel_tool_calls"] = chat.parallel_tool_calls
     body["max_tokens"] = max_tokens
     body.update(chat.sampling)
+    if chat.enable_thinking is not None:
+        body["chat_template_kwargs"] = {"enable_thinking": chat.enable_thinking}
     body["stream"] = True
     body["stream_options"] = {"include_usage": True}
     return body
@@ -145,7 +149,7 @@ async def relay_chunks(
                 usage = chunk.get("usage")
                 if isinstance(usage, dict):
                     generation.upstream_usage = usage
-                for delta, finish_reason in _deltas_of(chunk):
+                for delta, finish_reason, matched_stop in _deltas_of(chunk):
                     if delta:
                         text = _delta_text(delta)
                         uncounted.append(text)
@@ -164,6 +168,7 @@ async def relay_chunks(
                         deltas.append(delta)
                     if finish_reason:
                         generation.finish_reason = finish_reason
+                        generation.matched_stop = matched_stop
             if deltas:
                 yield deltas
             if loop.time() > deadline:
@@ -183,8 +188,11 @@ async def relay_chunks(
         await stream.aclose()
 
 
-def _deltas_of(chunk: dict[str, Any]) -> list[tuple[dict[str, Any], str | None]]:
-    """The relayable delta of each choice (Mortar serves one), without the role or empties."""
+def _deltas_of(
+    chunk: dict[str, Any],
+) -> list[tuple[dict[str, Any], str | None, str | int | None]]:
+    """The relayable delta of each choice (Mortar serves one), without the role or empties;
+    with its finish reason and, when the server says, what stopped it (vLLM's `stop_reason`)."""
     choices = chunk.get("choices")
     if not isinstance(choices, list):
         return []
@@ -199,7 +207,14 @@ def _deltas_of(chunk: dict[str, Any]) -> list[tuple[dict[str, Any], str | None]]
             if key != "role" and value is not None and value != ""
         }
         finish = choice.get("finish_reason")
-        found.append((delta, finish if isinstance(finish, str) else None))
+        stop = choice.get("stop_reason")
+        found.append(
+            (
+                delta,
+                finish if isinstance(finish, str) else None,
+                stop if isinstance(stop, str | int) and not isinstance(stop, bool) else None,
+            )
+        )
     return found
 
 

@@ -1,9 +1,15 @@
-"""The chat-completions pipeline, in the order a request goes through it.
+"""The completion pipeline, in the order a request goes through it.
 
     authenticate (the operation's auth) → accept → read body → validate → resolve model →
     images (a model with vision) → session → tool selector → prompt optimizer → count tokens,
     plan the output cap → dedupe →
     generate (scripted, or forward to the session's replica) → relay chunks → record
+
+One pipeline for both API surfaces: `chat_completion` (OpenAI's chat completions) and
+`message_create` (Anthropic's Messages) differ only in their `Surface` (`surface.py`): how the
+body is validated into the chat request every later step works with, the run id's prefix, the
+error envelope and how the reply is rendered. `message_token_count` runs the same steps up to
+the count, without a run.
 
 Each step is a small function with one job in this package's modules (`accept`, `validate`,
 `plan`, `generate`, `finish`); this module only puts them in order. A refused request (4xx)
@@ -20,18 +26,33 @@ from accounts.models import ApiKey
 from core.errors import MortarError
 from core.http.requests import AnyRequest
 from core.http.responses import EventStreamResponse
+from gateway.anthropic.validation import validate_count_tokens_request
+from gateway.contract.headers import read_mortar_headers
 from gateway.coordination.dedupe import in_flight_board
-from gateway.pipeline.accept import accept, read_body, run_recorder
+from gateway.pipeline.accept import accept, body_within_limit, read_body, run_recorder
 from gateway.pipeline.finish import refuse, share
 from gateway.pipeline.generate import generate
-from gateway.pipeline.plan import Plan, plan
+from gateway.pipeline.plan import Plan, plan, plan_prompt, resolve
+from gateway.pipeline.surface import CHAT_COMPLETIONS, MESSAGES, Surface
 
 
 async def chat_completion(request: AnyRequest, key: ApiKey) -> HttpResponse | EventStreamResponse:
-    accepted = accept()
+    """`POST /v1/chat/completions`."""
+    return await complete(request, key, CHAT_COMPLETIONS)
+
+
+async def message_create(request: AnyRequest, key: ApiKey) -> HttpResponse | EventStreamResponse:
+    """`POST /v1/messages`."""
+    return await complete(request, key, MESSAGES)
+
+
+async def complete(
+    request: AnyRequest, key: ApiKey, surface: Surface
+) -> HttpResponse | EventStreamResponse:
+    accepted = accept(surface.id_prefix)
     organization = key.organization
     recorder = run_recorder(accepted, key, request)
-    decided = Plan(run_id=accepted.completion_id)
+    decided = Plan(run_id=accepted.completion_id, surface=surface)
 
     try:
         body = read_body(request, recorder)
@@ -53,8 +74,22 @@ async def chat_completion(request: AnyRequest, key: ApiKey) -> HttpResponse | Ev
     try:
         response = await generate(decided, accepted, organization, recorder)
     except BaseException:
-        await claim.abandon()
+        await claim.abandon(surface.style)
         raise
     assert isinstance(response, HttpResponse)  # dedupe is for non-streaming requests only
     await claim.answer(response)
     return response
+
+
+async def message_token_count(request: AnyRequest, key: ApiKey) -> int:
+    """`POST /v1/messages/count_tokens`: the prompt tokens `POST /v1/messages` would bill for
+    the same body and headers — the same validation, translation, model, tool selector,
+    optimizer and counter — and no run (nothing is generated)."""
+    body = body_within_limit(request)
+    chat = validate_count_tokens_request(body)
+    mortar_headers = read_mortar_headers(request)
+    decided = Plan(run_id="", surface=MESSAGES)
+    model, _ = await resolve(chat, decided)
+    MESSAGES.admit(model, chat)
+    await plan_prompt(chat, mortar_headers, key.organization, decided, body_bytes=len(body))
+    return decided.prompt_tokens

@@ -22,16 +22,17 @@ REFUSED_BODY_KEEP_BYTES = 64 * 1024
 
 @dataclass(frozen=True)
 class Accepted:
-    completion_id: str  # the run id too (PRODUCT.md decision 11)
+    completion_id: str  # the run id too (PRODUCT.md decision 11), and a message's id
     accepted_at: datetime
     created: int
 
 
-def accept() -> Accepted:
-    """Give the request its completion id (`chatcmpl-` + 24 hex) and acceptance time."""
+def accept(id_prefix: str) -> Accepted:
+    """Give the request its id — the surface's prefix and 24 hex: `chatcmpl-…` for a chat
+    completion, `msg_…` for a message — and its acceptance time."""
     now = time.time()
     return Accepted(
-        completion_id=f"chatcmpl-{new_hex_id()}",
+        completion_id=f"{id_prefix}{new_hex_id()}",
         accepted_at=datetime.fromtimestamp(now, UTC),
         created=int(now),
     )
@@ -55,15 +56,25 @@ def run_recorder(accepted: Accepted, key: ApiKey, request: AnyRequest) -> RunRec
 def read_body(request: AnyRequest, recorder: RunRecorder) -> bytes:
     """The body as received, recorded with the run; over the limit it is a 413."""
     body, size = body_of(request)
-    limit = settings.MORTAR_MAX_BODY_BYTES
-    if size > limit:
+    if size > settings.MORTAR_MAX_BODY_BYTES:
         recorder.set(
             request_body=body[:REFUSED_BODY_KEEP_BYTES],
             request_bytes=size,
             request_truncated=True,
         )
-        raise RequestTooLarge(
-            f"The request body is {size} bytes; the limit is {limit} bytes (4 MiB)."
-        )
+        raise too_large(size)
     recorder.set(request_body=body, request_bytes=len(body))
     return body
+
+
+def body_within_limit(request: AnyRequest) -> bytes:
+    """The body of a request that is not a run (counting tokens); over the limit it is a 413."""
+    body, size = body_of(request)
+    if size > settings.MORTAR_MAX_BODY_BYTES:
+        raise too_large(size)
+    return body
+
+
+def too_large(size: int) -> RequestTooLarge:
+    limit = settings.MORTAR_MAX_BODY_BYTES
+    return RequestTooLarge(f"The request body is {size} bytes; the limit is {limit} bytes (4 MiB).")

@@ -6,7 +6,6 @@ import asyncio
 from decimal import Decimal
 from typing import Any
 
-import orjson
 from django.http import HttpResponse
 
 from core.errors import MortarError, UpstreamTimeout
@@ -18,8 +17,8 @@ from telemetry.recording import RunRecorder
 
 
 def refuse(error: MortarError, recorder: RunRecorder, plan: Plan) -> HttpResponse:
-    """Answer with the error envelope, and record the run with it."""
-    response = error_response(error, plan.headers())
+    """Answer with the surface's error envelope, and record the run with it."""
+    response = error_response(error, plan.headers(), style=plan.surface.style)
     recorder.chunk(response.content)
     recorder.close(
         status=Run.Status.REFUSED if error.status < 500 else Run.Status.FAILED,
@@ -47,7 +46,7 @@ async def share(claim: Claim, recorder: RunRecorder, plan: Plan) -> HttpResponse
     response = HttpResponse(
         answer.body, status=answer.status, content_type=answer.content_type, headers=plan.headers()
     )
-    usage = shared_usage(answer)
+    usage = shared_usage(answer, plan)
     recorder.chunk(answer.body)
     recorder.close(
         status=Run.Status.COMPLETED if answer.status == 200 else Run.Status.FAILED,
@@ -63,9 +62,8 @@ async def share(claim: Claim, recorder: RunRecorder, plan: Plan) -> HttpResponse
     return response
 
 
-def shared_usage(answer: Answer) -> dict[str, Any] | None:
+def shared_usage(answer: Answer, plan: Plan) -> dict[str, Any] | None:
     """The leader's usage, as the shared body reports it (recorded, but never billed twice)."""
     if answer.status != 200 or not answer.content_type.startswith("application/json"):
         return None
-    usage = orjson.loads(answer.body).get("usage")
-    return usage if isinstance(usage, dict) else None
+    return plan.surface.shared_usage(answer.body)

@@ -16,7 +16,7 @@ from gateway.models import Deployment
 from gateway.pipeline.accept import Accepted
 from gateway.pipeline.finish import refuse
 from gateway.pipeline.plan import Plan
-from gateway.relay.chunks import ChunkEncoder
+from gateway.pipeline.surface import RenderingFor
 from gateway.relay.json import json_response
 from gateway.relay.relay import Relay
 from gateway.relay.sse import streaming_response
@@ -95,8 +95,14 @@ async def generate(
     relay = Relay(
         deltas=deltas,
         generation=generation,
-        encoder=ChunkEncoder(
-            completion_id=accepted.completion_id, created=accepted.created, model=model.id
+        rendering=plan.surface.rendering(
+            RenderingFor(
+                run_id=accepted.completion_id,
+                created=accepted.created,
+                model=model.id,
+                prompt_tokens=plan.prompt_tokens,
+                chat=chat,
+            )
         ),
         recorder=recorder,
         prompt_tokens=plan.prompt_tokens,
@@ -107,5 +113,5 @@ async def generate(
         release=release,
     )
     if plan.stream:
-        return streaming_response(relay, include_usage=chat.include_usage)
+        return streaming_response(relay)
     return await json_response(relay)

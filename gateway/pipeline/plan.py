@@ -1,9 +1,11 @@
-"""Plan a validated request: resolve its model (and check its images, for a model with vision),
-session, tools and prompt, count its tokens and plan its output cap against the model's context
-window (PRODUCT.md decision 6).
+"""Plan a request: validate it for its surface, resolve its model (and check its images, for a
+model with vision), session, tools and prompt, count its tokens and plan its output cap against
+the model's context window (PRODUCT.md decision 6).
 
 What was decided is kept in a `Plan`, filled in step by step: the response's headers are
 rendered from it (`Plan.headers`), for a refusal half-way through as for a completion.
+`POST /v1/messages/count_tokens` runs the same steps up to the count (`plan_prompt`), so it
+answers the count the route bills.
 """
 
 from __future__ import annotations
@@ -17,12 +19,12 @@ from core.errors import ContextLengthExceeded
 from core.http.requests import AnyRequest
 from gateway.catalog.selectors import model_resolve
 from gateway.contract.chat import ChatRequest
-from gateway.contract.headers import read_mortar_headers
+from gateway.contract.headers import MortarHeaders, read_mortar_headers
 from gateway.contract.images import CheckedImage, vision_images
 from gateway.coordination.dedupe import DedupeRequest, read_dedupe_request
 from gateway.models import CatalogModel, Deployment
 from gateway.optimizer import OptimizerReport, optimize
-from gateway.pipeline.validate import validate
+from gateway.pipeline.surface import Surface
 from gateway.sessions import end_user_for, session_for
 from gateway.tokens import TokenCounter, default_counter
 from gateway.tool_selector import ToolSelection, select_named_tool
@@ -94,6 +96,7 @@ class Plan:
     decides it (`plan` below, then routing and dedupe); a field still None was not reached."""
 
     run_id: str
+    surface: Surface
     chat: ChatRequest | None = None
     model: CatalogModel | None = None
     deployment: Deployment | None = None
@@ -143,14 +146,12 @@ async def plan(
 ) -> None:
     """Validate, resolve, select tools, optimize, count and plan into `decided`; raise a
     MortarError to refuse."""
-    chat = decided.chat = validate(body)
+    chat = decided.chat = decided.surface.validate(body)
     mortar_headers = read_mortar_headers(request)
 
-    model = await model_resolve(chat.model)
-    deployment = model.deployment
-    assert deployment is not None  # model_resolve only returns servable models
-    decided.model, decided.deployment = model, deployment
+    model, deployment = await resolve(chat, decided)
     recorder.set(model=model.id, deployment=deployment.name)
+    decided.surface.admit(model, chat)
     if model.vision and chat.image_parts:
         # PRODUCT.md decision 4: a model with vision gets its image parts, checked; any other
         # keeps the text alone (the parts were dropped when the body was validated).
@@ -169,30 +170,57 @@ async def plan(
         end_user=end_user_for(request.headers.get("X-Mortar-End-User-Id"), chat.user),
     )
 
-    counter = decided.counter = default_counter()
-    if mortar_headers.tool_select == "named":
-        selection = decided.tool_selection = select_named_tool(chat, counter)
-        recorder.set(tool_selector_report=selection.as_dict())
-
-    chat.messages, report = optimize(
-        chat.messages,
-        deployment_mode=deployment.optimizer_mode,
-        organization_default=organization.optimize_default,
-        requested=mortar_headers.optimize,
-    )
-    decided.optimizer_report = report
-    recorder.set(optimizer_report=report.as_dict())
-
-    prompt_tokens = decided.prompt_tokens = await count_prompt(
-        counter, chat, body_bytes=len(body), images=decided.images
-    )
-    recorder.set(prompt_tokens=prompt_tokens)
+    try:
+        await plan_prompt(chat, mortar_headers, organization, decided, body_bytes=len(body))
+    finally:
+        if decided.tool_selection is not None:
+            recorder.set(tool_selector_report=decided.tool_selection.as_dict())
+        if decided.optimizer_report is not None:
+            recorder.set(optimizer_report=decided.optimizer_report.as_dict())
+    recorder.set(prompt_tokens=decided.prompt_tokens)
     decided.max_tokens = plan_output_cap(
-        prompt_tokens=prompt_tokens,
+        prompt_tokens=decided.prompt_tokens,
         requested=chat.max_tokens,
         context_window=model.context_window,
     )
-    decided.stream = wants_stream(
-        chat.stream, request.headers.get("Accept", "") or "", deployment.stream_default
-    )
+    if decided.surface.streams_by_default:
+        decided.stream = wants_stream(
+            chat.stream, request.headers.get("Accept", "") or "", deployment.stream_default
+        )
+    else:
+        decided.stream = chat.stream is True  # Anthropic's default: `stream` is false
     decided.dedupe = read_dedupe_request(request, body, streaming=decided.stream)
+
+
+async def resolve(chat: ChatRequest, decided: Plan) -> tuple[CatalogModel, Deployment]:
+    """Resolve the model and its deployment (the surface admits it or not after)."""
+    model = await model_resolve(chat.model)
+    deployment = model.deployment
+    assert deployment is not None  # model_resolve only returns servable models
+    decided.model, decided.deployment = model, deployment
+    return model, deployment
+
+
+async def plan_prompt(
+    chat: ChatRequest,
+    mortar_headers: MortarHeaders,
+    organization: Organization,
+    decided: Plan,
+    *,
+    body_bytes: int,
+) -> None:
+    """Select tools, optimize and count the prompt of a resolved request, into `decided`."""
+    assert decided.deployment is not None
+    counter = decided.counter = default_counter()
+    if mortar_headers.tool_select == "named":
+        decided.tool_selection = select_named_tool(chat, counter)
+
+    chat.messages, decided.optimizer_report = optimize(
+        chat.messages,
+        deployment_mode=decided.deployment.optimizer_mode,
+        organization_default=organization.optimize_default,
+        requested=mortar_headers.optimize,
+    )
+    decided.prompt_tokens = await count_prompt(
+        counter, chat, body_bytes=body_bytes, images=decided.images
+    )

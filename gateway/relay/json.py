@@ -64,12 +64,7 @@ async def json_response(relay: Relay) -> HttpResponse:
             # What was generated so far, with finish_reason "stopped" (README).
             status = Run.Status.STOPPED
             relay.generation.finish_reason = STOPPED_FINISH_REASON
-        generation = relay.generation
-        body = relay.encoder.completion(
-            message=generation.message(),
-            finish_reason=generation.finish_reason,
-            usage=relay.usage()[0],
-        )
+        body = relay.rendering.body(relay.generation, relay.usage()[0])
         # Closed before the awaits below: a client that leaves during them must not leave the
         # run in progress.
         relay.recorder.chunk(body)
@@ -79,7 +74,7 @@ async def json_response(relay: Relay) -> HttpResponse:
         relay.close_run(Run.Status.CANCELLED, http_status=499, error_code="client_disconnected")
         raise
     except MortarError as error:
-        response = error_response(error, relay.headers)
+        response = error_response(error, relay.headers, style=relay.rendering.style)
         relay.recorder.chunk(response.content)
         relay.close_run(
             Run.Status.FAILED,

@@ -1,4 +1,4 @@
-"""One generation on its way to the client: what produces it, how it is encoded and recorded,
+"""One generation on its way to the client: what produces it, how it is rendered and recorded,
 and how its run is closed — with its usage, the source of that usage, and its cost."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 from core.flags import Flag
 from gateway.generation.reply import Deltas, Generation
-from gateway.relay.chunks import ChunkEncoder
+from gateway.relay.rendering import Rendering
 from telemetry.costs import Prices, cached_tokens_of, usage_cost
 from telemetry.models import Run
 from telemetry.recording import RunRecorder
@@ -20,12 +20,13 @@ STOPPED_FINISH_REASON = "stopped"
 
 @dataclass
 class Relay:
-    """One generation on its way out: what produces it, how it is encoded and recorded."""
+    """One generation on its way out: what produces it, how it is rendered and recorded."""
 
     # The model's deltas, a list per batch that arrived together (never empty).
     deltas: Deltas
     generation: Generation
-    encoder: ChunkEncoder
+    # The bytes of the reply, in the dialect of the surface that asked (chat or Messages).
+    rendering: Rendering
     recorder: RunRecorder
     prompt_tokens: int
     headers: dict[str, str]
@@ -34,8 +35,8 @@ class Relay:
     # the generation (idempotent).
     stop: Flag | None = None
     release: Callable[[], None] | None = None
-    # Seconds of upstream silence before a `: ping` comment (spec: every 10 s when the
-    # deployment forwards to a model server); None for the scripted model.
+    # Seconds of upstream silence before a ping (spec: every 10 s when the deployment
+    # forwards to a model server); None for the scripted model.
     ping_interval: float | None = None
 
     def usage(self) -> tuple[dict[str, Any], str]:

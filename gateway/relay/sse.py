@@ -1,8 +1,9 @@
 """Relay a generation as server-sent events, recording every byte sent.
 
-Chunk order (spec, "Streaming"): the role chunk, one chunk per piece, the finish chunk without
-`delta`, the usage chunk with empty `choices` when asked for, then `data: [DONE]`. An error after
-the stream started is one event with the error envelope, and the stream closes without `[DONE]`
+The events are the surface's (`rendering.py`): for chat completions (spec, "Streaming") the
+role chunk, one chunk per piece, the finish chunk without `delta`, the usage chunk with empty
+`choices` when asked for, then `data: [DONE]`; for Messages, Anthropic's event sequence. An
+error after the stream started is one event with the error envelope, and the stream closes
 (PRODUCT.md decision 9).
 """
 
@@ -13,32 +14,27 @@ import contextlib
 import logging
 from collections.abc import AsyncGenerator
 
-from core.errors import GenerationFailed, MortarError, envelope
+from core.errors import GenerationFailed, MortarError
 from core.http.responses import EventStreamResponse
-from gateway.relay.chunks import DONE, error_event
 from gateway.relay.relay import STOPPED_FINISH_REASON, Relay, abandon
 from gateway.relay.watch import Signal, watch
 from telemetry.models import Run
 
 logger = logging.getLogger(__name__)
 
-PING = b": ping\n\n"
 
-
-def streaming_response(relay: Relay, *, include_usage: bool) -> EventStreamResponse:
+def streaming_response(relay: Relay) -> EventStreamResponse:
     """The SSE reply; a run whose stream is left unread is closed as cancelled."""
     return EventStreamResponse(
-        sse_events(relay, include_usage=include_usage),
-        headers=relay.headers,
-        on_finish=lambda: abandon(relay),
+        sse_events(relay), headers=relay.headers, on_finish=lambda: abandon(relay)
     )
 
 
-async def sse_events(relay: Relay, *, include_usage: bool) -> AsyncGenerator[bytes, None]:
+async def sse_events(relay: Relay) -> AsyncGenerator[bytes, None]:
     """The stream's events, each recorded as one chunk. Events that are ready together (the
     model server often sends several chunks in one packet) go out in one write: a write per
     event was most of the kernel time of a fast stream."""
-    recorder, encoder = relay.recorder, relay.encoder
+    recorder, rendering = relay.recorder, relay.rendering
     ready: list[bytes] = []  # recorded, not yet handed on; empty at every wait
 
     def send(data: bytes) -> None:
@@ -51,7 +47,8 @@ async def sse_events(relay: Relay, *, include_usage: bool) -> AsyncGenerator[byt
         return data
 
     try:
-        send(encoder.delta({"role": "assistant"}))
+        for event in rendering.opening():
+            send(event)
         yield take()
         stopped = False
         # aclosing: leaving the loop early must cancel watch's pending read at once.
@@ -64,24 +61,22 @@ async def sse_events(relay: Relay, *, include_usage: bool) -> AsyncGenerator[byt
                         yield take()
                     continue
                 if delta is Signal.PING:
-                    send(PING)
+                    send(rendering.ping)
                     yield take()
                     continue
                 if delta is Signal.STOPPED:
                     stopped = True
                     break
                 recorder.mark_first_token()
-                send(encoder.delta(delta))
+                for event in rendering.delta(delta):
+                    send(event)
         if stopped:
-            # Spec, "When a stream ends early": a stopped generation sends no finish chunk;
-            # the usage chunk, if asked for, and [DONE] still follow. Close the model first.
+            # Spec, "When a stream ends early": close the model first, then end the stream as
+            # the surface ends a stopped one.
             await relay.deltas.aclose()
             relay.generation.finish_reason = STOPPED_FINISH_REASON
-        else:
-            send(encoder.finish(relay.generation.finish_reason))
-        if include_usage:
-            send(encoder.usage(relay.usage()[0]))
-        send(DONE)
+        for event in rendering.closing(relay.generation, relay.usage()[0], stopped=stopped):
+            send(event)
         yield take()
         relay.close_run(Run.Status.STOPPED if stopped else Run.Status.COMPLETED, http_status=200)
     except (asyncio.CancelledError, GeneratorExit):
@@ -96,8 +91,8 @@ async def sse_events(relay: Relay, *, include_usage: bool) -> AsyncGenerator[byt
         else:
             logger.exception("run %s failed mid-stream", recorder.run_id)
             error = GenerationFailed("The generation failed.")
-        # Spec, "When a stream ends early": one event with the envelope, no [DONE].
-        send(error_event(envelope(error)))
+        # Spec, "When a stream ends early": one event with the envelope, and nothing after it.
+        send(rendering.failure(error))
         yield take()
         relay.close_run(
             Run.Status.FAILED, http_status=200, error_code=error.code, error_message=error.message

@@ -241,6 +241,13 @@ def _completion_as_chunk(completion: dict[str, Any]) -> dict[str, Any]:
     for call_index, call in enumerate(delta.get("tool_calls") or ()):
         call.setdefault("index", call_index)
     return {
-        "choices": [{"index": 0, "delta": delta, "finish_reason": choices[0].get("finish_reason")}],
+        "choices": [
+            {
+                "index": 0,
+                "delta": delta,
+                "finish_reason": choices[0].get("finish_reason"),
+                "stop_reason": choices[0].get("stop_reason"),
+            }
+        ],
         "usage": completion.get("usage"),
     }

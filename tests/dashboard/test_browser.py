@@ -22,7 +22,7 @@ from django.db.models.functions import TruncDate
 from playwright.sync_api import expect
 
 from accounts.models import ApiKey, Organization
-from dashboard.selectors.runs import reply_of
+from dashboard.selectors.replies import reply_of
 from telemetry.models import Run, RunChunk
 from tests.conftest import Tenant, manage, wait_for_run
 from tests.dashboard.conftest import sign_in

@@ -17,7 +17,8 @@ from accounts.services import key_create
 from dashboard.selectors.audit import AuditQuery, audit_csv_rows, audit_rows, audit_totals
 from dashboard.selectors.live import generations_in_flight
 from dashboard.selectors.overview import OverviewFilters, overview, percentile_cont
-from dashboard.selectors.runs import Cursor, RunFilters, reply_of, runs_page
+from dashboard.selectors.replies import reply_of
+from dashboard.selectors.runs import Cursor, RunFilters, runs_page
 from dashboard.selectors.sessions import SessionQuery, session_summaries
 from gateway.relay.chunks import DONE, ChunkEncoder
 from gateway.tokens import default_counter

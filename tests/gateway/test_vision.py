@@ -23,7 +23,7 @@ from PIL import Image as PillowImage
 
 from gateway.models import CatalogModel, Deployment
 from gateway.tokens import default_counter
-from telemetry.images import REFERENCE_PREFIX, body_with_images
+from telemetry.images import BASE64_REFERENCE_PREFIX, REFERENCE_PREFIX, body_with_images
 from telemetry.models import Image, Run, RunImage
 from tests.conftest import Tenant, stored_bytes, wait_for_run
 from tests.support.images import (
@@ -510,3 +510,99 @@ def test_a_model_without_vision_drops_image_parts_as_before(
         run = wait_for_run(completion["id"])
         assert bytes(run.request_body) == content
         assert images_of(run.id) == []
+
+
+# The Messages route: `image` blocks are the same images, checked, counted and stored alike.
+
+
+def post_message(server: ServerProcess, secret: str, content: bytes) -> httpx.Response:
+    return httpx.post(
+        f"{server.base_url}/v1/messages",
+        content=content,
+        headers={"x-api-key": secret, "Content-Type": "application/json"},
+        timeout=30,
+    )
+
+
+def message_asking(media_type: str, data: str, text: str = QUESTION) -> bytes:
+    block = {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
+    return orjson.dumps(
+        {
+            "model": VISION,
+            "max_tokens": 200,
+            "messages": [{"role": "user", "content": [{"type": "text", "text": text}, block]}],
+        }
+    )
+
+
+@pytest.mark.parametrize("media_type", ["image/png", "image/jpeg", "image/webp", "image/gif"])
+def test_a_messages_image_block_is_counted_and_stored_once_by_reference(
+    mortar_server: ServerProcess, tenant: Tenant, vision_models: None, media_type: str
+) -> None:
+    data = image_bytes(media_type, (1024, 768))
+    encoded = base64.b64encode(data).decode()
+    content = message_asking(media_type, encoded)
+
+    response = post_message(mortar_server, tenant.secret, content)
+
+    assert response.status_code == 200, response.text[:500]
+    message = response.json()
+    assert message["content"] == [{"type": "text", "text": ANSWER}]
+    # As on chat completions: 1024 x 768 is 999 patches + 2, beside the question's tokens.
+    assert message["usage"]["input_tokens"] == QUESTION_TOKENS + 1001
+    run = wait_for_run(message["id"])
+    [stored] = wait_until(lambda: images_of(run.id))
+    assert (stored.image.sha256, stored.image.media_type) == (sha256(data), media_type)
+    body = bytes(run.request_body)
+    assert encoded.encode() not in body
+    assert f'"{BASE64_REFERENCE_PREFIX}{sha256(data)}"'.encode() in body
+    assert body_with_images(body, {sha256(data): (media_type, data)}) == content
+
+
+def test_messages_runs_with_the_same_image_store_it_once(
+    mortar_server: ServerProcess, tenant: Tenant, vision_models: None
+) -> None:
+    data = image_bytes("image/png", (640, 480))
+    encoded = base64.b64encode(data).decode()
+    run_ids = []
+    for turn in range(5):
+        response = post_message(
+            mortar_server, tenant.secret, message_asking("image/png", encoded, f"Turn {turn}")
+        )
+        assert response.status_code == 200, response.text[:500]
+        run_ids.append(response.json()["id"])
+
+    wait_until(lambda: RunImage.objects.filter(run_id__in=run_ids).count() == 5)
+    stored = Image.objects.filter(organization_id=tenant.organization.id, sha256=sha256(data))
+    assert stored.count() == 1
+    for run in (wait_for_run(run_id) for run_id in run_ids):
+        assert len(bytes(run.request_body)) < 400  # no image bytes in the stored body
+
+
+@pytest.mark.parametrize(
+    ("media_type", "data", "says"),
+    [
+        pytest.param("image/png", "not base64!", "base64", id="broken-base64"),
+        pytest.param(
+            "image/png",
+            base64.b64encode(b"GIF89a" + b"\0" * 64).decode(),
+            "image/png",
+            id="bytes-of-another-type",
+        ),
+    ],
+)
+def test_a_bad_messages_image_is_refused_in_anthropic_s_envelope(
+    mortar_server: ServerProcess,
+    tenant: Tenant,
+    vision_models: None,
+    media_type: str,
+    data: str,
+    says: str,
+) -> None:
+    response = post_message(mortar_server, tenant.secret, message_asking(media_type, data))
+
+    assert response.status_code == 400, response.text[:500]
+    body = response.json()
+    assert body["type"] == "error" and "code" not in body["error"]
+    assert body["error"]["type"] == "invalid_request_error"
+    assert says in body["error"]["message"]

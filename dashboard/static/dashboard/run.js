@@ -8,11 +8,32 @@
   let current = null;
   let outcome = {};
 
+  // A Messages run: a Message body, or one of Anthropic's stream events.
+  function applyAnthropic(payload) {
+    const blocks = payload.type === "message" ? payload.content || []
+      : payload.type === "content_block_start" ? [payload.content_block || {}] : [];
+    for (const block of blocks) {
+      text.textContent += (block.thinking || "") + (block.text || "");
+      if (block.type === "tool_use") {
+        const input = payload.type === "message" ? JSON.stringify(block.input || {}) : "";
+        text.textContent += "\n[tool call] " + block.name + " " + input;
+      }
+    }
+    const delta = payload.delta || {};
+    if (payload.type === "content_block_delta") {
+      text.textContent += (delta.thinking || "") + (delta.text || "") + (delta.partial_json || "");
+    }
+    const stopReason = payload.type === "message" ? payload.stop_reason : delta.stop_reason;
+    if (stopReason) outcome.finishReason = stopReason;
+    if (payload.type === "message_stop") outcome.messageStop = true;
+  }
+
   function apply(payload) {
     if (payload.error) {
       text.textContent += "\n[error] " + (payload.error.message || JSON.stringify(payload.error));
       return;
     }
+    if (typeof payload.type === "string") { applyAnthropic(payload); return; }
     for (const choice of payload.choices || []) {
       const part = choice.delta || choice.message || {};
       text.textContent += (part.reasoning_content || part.reasoning || "") + (part.content || "");
@@ -68,7 +89,11 @@
       }
       const parts = ["done", (outcome.events || 1) + " events"];
       if (outcome.finishReason) parts.push("finish_reason " + outcome.finishReason);
-      parts.push(outcome.json ? "JSON body" : outcome.done ? "[DONE]" : "no [DONE]");
+      parts.push(
+        outcome.json ? "JSON body"
+          : outcome.done ? "[DONE]"
+          : outcome.messageStop ? "message_stop" : "no [DONE]"
+      );
       state.textContent = parts.join(" · ");
       section.dataset.state = "done";
     } catch (error) {

@@ -1,0 +1,84 @@
+"""How a reply is written for the surface that asked for it: one JSON body, or a stream's events.
+
+The relay (`json.py`, `sse.py`) is the same for every surface; what it sends comes from a
+`Rendering`. Each event a rendering returns is recorded as one chunk, exactly as sent, so a
+replay re-emits it byte for byte. `ChatRendering` writes OpenAI's chat completions (spec,
+"Streaming"); the Messages surface's is `gateway.anthropic.rendering.MessagesRendering`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from core.errors import Envelope, MortarError, envelope
+from gateway.generation.reply import Delta, Generation
+from gateway.relay.chunks import DONE, ChunkEncoder, error_event
+
+# SSE comment while the model server is quiet (spec: every 10 s).
+CHAT_PING = b": ping\n\n"
+
+
+class Rendering(Protocol):
+    """The bytes of one reply, for its surface."""
+
+    # The envelope an error is answered in, and the event sent while the model is quiet.
+    style: Envelope
+    ping: bytes
+
+    def body(self, generation: Generation, usage: dict[str, Any]) -> bytes:
+        """The whole reply as one JSON body (`stream: false`)."""
+        ...
+
+    def opening(self) -> list[bytes]:
+        """The events that open a stream, before the model's first delta."""
+        ...
+
+    def delta(self, delta: Delta) -> list[bytes]:
+        """The events one delta of the model makes (maybe none)."""
+        ...
+
+    def closing(
+        self, generation: Generation, usage: dict[str, Any], *, stopped: bool
+    ) -> list[bytes]:
+        """The events that end a stream; `stopped` when someone pressed Stop."""
+        ...
+
+    def failure(self, error: MortarError) -> bytes:
+        """The one event of an error after the stream started (PRODUCT.md decision 9)."""
+        ...
+
+
+class ChatRendering:
+    """OpenAI's chat completions: the role chunk, a chunk per delta, the finish chunk without
+    `delta`, the usage chunk when asked for, `[DONE]`. A stopped stream sends no finish chunk
+    (spec, "When a stream ends early"); the usage chunk and `[DONE]` still follow."""
+
+    style = Envelope.OPENAI
+    ping = CHAT_PING
+
+    def __init__(self, encoder: ChunkEncoder, *, include_usage: bool) -> None:
+        self.encoder = encoder
+        self.include_usage = include_usage
+
+    def body(self, generation: Generation, usage: dict[str, Any]) -> bytes:
+        return self.encoder.completion(
+            message=generation.message(), finish_reason=generation.finish_reason, usage=usage
+        )
+
+    def opening(self) -> list[bytes]:
+        return [self.encoder.delta({"role": "assistant"})]
+
+    def delta(self, delta: Delta) -> list[bytes]:
+        return [self.encoder.delta(delta)]
+
+    def closing(
+        self, generation: Generation, usage: dict[str, Any], *, stopped: bool
+    ) -> list[bytes]:
+        events = [] if stopped else [self.encoder.finish(generation.finish_reason)]
+        if self.include_usage:
+            events.append(self.encoder.usage(usage))
+        events.append(DONE)
+        return events
+
+    def failure(self, error: MortarError) -> bytes:
+        return error_event(envelope(error, Envelope.OPENAI))
