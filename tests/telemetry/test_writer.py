@@ -272,7 +272,9 @@ def test_a_writer_drains_a_leftover_spool_file_at_start(tenant: Tenant, tmp_path
     async def scenario() -> None:
         writer = RunWriter(batch_size=100, interval=0.01, spool_dir=tmp_path)
         writer.start()
-        await wait_until_async(lambda: not spool_files(tmp_path))
+        # The drained file is deleted on the writer's thread a moment before its counter is
+        # refreshed: wait for both (a counter stuck above 0 fails the wait).
+        await wait_until_async(lambda: not spool_files(tmp_path) and writer.spooled == 0)
         assert writer.spooled == 0
         await writer.close()
 
