@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 @admin.register(Organization)
 class OrganizationAdmin(admin.ModelAdmin[Organization]):
-    list_display = ["name", "created_at"]
+    list_display = ["name", "budget_usd", "budget_period", "requests_per_minute", "created_at"]
     search_fields = ["name"]
 
 
@@ -28,7 +28,7 @@ class ApiKeyAdmin(admin.ModelAdmin[ApiKey]):
     # A key is created from an organization and a name by `key_create` (as `manage.py
     # createkey` does); its secret is shown once, on the page that answers the form, and is
     # never stored. Afterwards only the name and the revocation can change.
-    list_display = ["prefix", "name", "organization", "created_at", "revoked_at"]
+    list_display = ["prefix", "name", "organization", "budget_usd", "created_at", "revoked_at"]
     list_filter = ["organization"]
     readonly_fields = ["organization", "prefix", "digest", "created_at"]
     search_fields = ["prefix", "name"]

@@ -9,7 +9,29 @@ from __future__ import annotations
 from django.db import models
 
 
-class Organization(models.Model):
+class SpendLimits(models.Model):
+    """What an organization or a key may spend (issue 14): a budget in USD per period, and rate
+    limits per minute. Empty means no limit; a request must fit its organization's and its key's."""
+
+    class BudgetPeriod(models.TextChoices):
+        DAY = "day", "Day (UTC)"
+        MONTH = "month", "Calendar month (UTC)"
+        TOTAL = "total", "Total (never resets)"
+
+    budget_usd = models.DecimalField(
+        "budget (USD)", max_digits=14, decimal_places=6, null=True, blank=True
+    )
+    budget_period = models.CharField(
+        max_length=8, choices=BudgetPeriod.choices, default=BudgetPeriod.MONTH
+    )
+    requests_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    tokens_per_minute = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        abstract = True
+
+
+class Organization(SpendLimits):
     class Retention(models.TextChoices):
         FULL = "full", "Full (prompts, replies, replay)"
         METADATA = "metadata", "Metadata only (no prompt or reply text; no replay)"
@@ -35,7 +57,7 @@ class Organization(models.Model):
         return self.name
 
 
-class ApiKey(models.Model):
+class ApiKey(SpendLimits):
     """An API key: only its SHA-256 digest is stored; the secret is shown once at creation."""
 
     organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="keys")

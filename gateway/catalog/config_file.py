@@ -21,6 +21,8 @@
         retention: full                            # optional: full | metadata
         retention_days: 30                         # optional
         optimize_default: "on"                     # optional: on | off
+        budget: {usd: 25.00, period: month}        # optional: period day | month | total
+        rate_limits: {requests_per_minute: 600, tokens_per_minute: 200000}  # optional
 
 Applying is idempotent: each entry is created or updated by its name; nothing is deleted.
 A deployment without `upstreams` is a scripted one (`scripted_delay_ms` sets its pace).
@@ -112,11 +114,33 @@ class ModelEntry(_Strict):
         return self.surfaces[0]
 
 
+class BudgetEntry(_Strict):
+    usd: Decimal = Field(gt=0, max_digits=14, decimal_places=6)
+    period: Literal["day", "month", "total"] = "month"
+
+
+class RateLimitsEntry(_Strict):
+    requests_per_minute: int | None = Field(None, gt=0)
+    tokens_per_minute: int | None = Field(None, gt=0)
+
+
 class OrganizationEntry(_Strict):
     name: str = Field(min_length=1, max_length=200)
     retention: Literal["full", "metadata"] = "full"
     retention_days: int = Field(30, gt=0)
     optimize_default: Literal["on", "off"] = "on"
+    budget: BudgetEntry | None = None  # absent: no budget
+    rate_limits: RateLimitsEntry | None = None  # absent: no limits
+
+    def spend_limits(self) -> dict[str, object]:
+        """The organization's spend-limit fields; what the file leaves out is no limit."""
+        budget, limits = self.budget, self.rate_limits or RateLimitsEntry()
+        return {
+            "budget_usd": budget.usd if budget else None,
+            "budget_period": budget.period if budget else "month",
+            "requests_per_minute": limits.requests_per_minute,
+            "tokens_per_minute": limits.tokens_per_minute,
+        }
 
 
 class ConfigFile(_Strict):
@@ -193,6 +217,7 @@ def config_apply(config: ConfigFile) -> list[str]:
                 "retention": organization.retention,
                 "retention_days": organization.retention_days,
                 "optimize_default": organization.optimize_default,
+                **organization.spend_limits(),
             },
         )
         changes.append(f"{'created' if created else 'updated'} organization {organization.name}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from io import StringIO
 from pathlib import Path
 
@@ -162,3 +163,39 @@ organizations:
         7,
         "off",
     )
+
+
+def test_an_organization_s_budget_and_rate_limits_are_applied_and_cleared(tmp_path: Path) -> None:
+    apply(
+        tmp_path,
+        "organizations:\n"
+        "  - name: acme\n"
+        "    budget: {usd: 25.00, period: month}\n"
+        "    rate_limits: {requests_per_minute: 600, tokens_per_minute: 200000}\n",
+    )
+    acme = Organization.objects.get(name="acme")
+    assert (acme.budget_usd, acme.budget_period) == (Decimal("25.000000"), "month")
+    assert (acme.requests_per_minute, acme.tokens_per_minute) == (600, 200000)
+
+    apply(tmp_path, "organizations:\n  - name: acme\n    budget: {usd: 0.000123, period: day}\n")
+    acme.refresh_from_db()
+    assert (acme.budget_usd, acme.budget_period) == (Decimal("0.000123"), "day")
+    # What the file leaves out is no limit.
+    assert (acme.requests_per_minute, acme.tokens_per_minute) == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("budget: {usd: -1}", "budget.usd"),
+        ("budget: {usd: 0.0000001}", "budget.usd"),
+        ("budget: {usd: 5, period: week}", "budget.period"),
+        ("rate_limits: {requests_per_minute: 0}", "rate_limits.requests_per_minute"),
+        ("rate_limits: {tokens_per_hour: 5}", "tokens_per_hour"),
+    ],
+    ids=["negative", "below-a-micro-dollar", "unknown-period", "zero-rpm", "unknown-key"],
+)
+def test_a_bad_budget_or_limit_is_refused(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(CommandError, match=message):
+        apply(tmp_path, f"organizations:\n  - name: acme\n    {text}\n")
+    assert not Organization.objects.filter(name="acme").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from decimal import Decimal
 from io import StringIO
 
 import httpx
@@ -125,3 +126,30 @@ def test_a_revoked_key_fails_on_its_next_request(
     response = httpx.get(f"{mortar_server.base_url}/v1/models", headers=headers)
     assert response.status_code == 401
     assert response.json()["error"]["code"] == "invalid_key"
+
+
+def test_createkey_sets_the_key_s_budget_and_rate_limits() -> None:
+    run_command("createorg", "initech")
+    out, _ = run_command(
+        "createkey", "initech", "--budget-usd", "1.5", "--budget-period", "day",
+        "--rpm", "60", "--tpm", "5000",
+    )  # fmt: skip
+    key = ApiKey.objects.get(digest=hashlib.sha256(out.strip().encode()).hexdigest())
+    assert (key.budget_usd, key.budget_period) == (Decimal("1.500000"), "day")
+    assert (key.requests_per_minute, key.tokens_per_minute) == (60, 5000)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--budget-usd", "lots"], "amount in USD"),
+        (["--budget-usd", "-2"], "positive"),
+        (["--budget-usd", "0.0000001"], "micro-dollar"),
+        (["--rpm", "0"], "--rpm must be a positive"),
+    ],
+)
+def test_createkey_refuses_a_bad_budget_or_limit(flags: list[str], message: str) -> None:
+    run_command("createorg", "initech")
+    with pytest.raises(CommandError, match=message):
+        run_command("createkey", "initech", *flags)
+    assert not ApiKey.objects.filter(organization__name="initech").exists()
