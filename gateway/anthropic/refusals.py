@@ -21,8 +21,9 @@ from core.errors import (
     InvalidToolChoice,
     InvalidTools,
 )
-from gateway.anthropic.request import MAX_STOP_SEQUENCES, MIN_THINKING_BUDGET
+from gateway.anthropic.request import MIN_THINKING_BUDGET
 from gateway.contract.errors import Refusal, refusal_from
+from gateway.contract.request import MAX_STOP_SEQUENCES
 
 PRECEDENCE = (
     "model",

@@ -35,9 +35,9 @@ from typing_extensions import TypedDict
 from gateway.anthropic.examples import MESSAGES_REQUEST_EXAMPLES
 from gateway.contract.messages import STRICT, NonEmptyString
 
-MAX_MESSAGES = 512
-MAX_TOOLS = 128
-MAX_STOP_SEQUENCES = 16
+# The same bounds as chat completions: the request becomes a chat request.
+from gateway.contract.request import MAX_MESSAGES, MAX_STOP_SEQUENCES, MAX_TOOLS
+
 # Anthropic's rule for a thinking budget: at least 1,024 tokens, and less than `max_tokens`.
 MIN_THINKING_BUDGET = 1024
 TOOL_NAME = r"^[A-Za-z0-9_-]{1,64}$"
