@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.flags import Flag
+from gateway.budgets import HeldBudget
 from gateway.generation.reply import Deltas, Generation
 from gateway.relay.rendering import Rendering
 from telemetry.costs import Prices, cached_tokens_of, usage_cost
@@ -31,6 +32,8 @@ class Relay:
     prompt_tokens: int
     headers: dict[str, str]
     prices: Prices = field(default_factory=Prices)
+    # The run's hold on its budgets, charged with its cost when it closes (issue 14).
+    budget: HeldBudget | None = None
     # Set when someone presses Stop (gateway/coordination/stop.py); `release` unregisters
     # the generation (idempotent).
     stop: Flag | None = None
@@ -63,6 +66,8 @@ class Relay:
     ) -> None:
         """Record the run's end with its usage and what that usage cost."""
         usage, source = self.usage()
+        cost = usage_cost(usage, self.prices)
+        charged = None if self.budget is None else self.budget.charge(cost)
         self.recorder.close(
             status=status,
             http_status=http_status,
@@ -75,9 +80,10 @@ class Relay:
             completion_tokens=usage["completion_tokens"],
             total_tokens=usage.get("total_tokens", 0),
             cached_tokens=cached_tokens_of(usage),
-            cost=usage_cost(usage, self.prices),
+            cost=cost,
             usage=usage,
             usage_source=source,
+            charged_usd=charged,
         )
 
     def end(self) -> None:
