@@ -27,6 +27,7 @@ from accounts.services import key_create
 from gateway.models import CatalogModel, Deployment
 from telemetry.models import BudgetHold, BudgetSpend, Run
 from telemetry.services.budgets import budget_holds_reconcile
+from telemetry.tasks import reconcile_budget_holds
 from tests.conftest import _server_env, wait_for_run
 from tests.support.servers import ServerProcess, start_mortar
 from tests.support.waiting import wait_until
@@ -385,3 +386,81 @@ def test_charges_agree_with_the_stored_runs(
     total = Run.objects.filter(id__in=ids).aggregate(total=Sum("charged_usd"))["total"]
     assert total == 3 * PROMPT_USD + 18 * TOKEN_USD
     assert read_budget(mortar_server, tenant.secret)["key"]["spent_usd"] == f"{total:.6f}"
+
+
+def test_a_shared_answer_is_not_charged_twice(
+    mortar_server: ServerProcess, slow_budget_model: str
+) -> None:
+    tenant = budget_tenant(key_usd="1")
+    barrier = threading.Barrier(5)
+
+    def send(_: int) -> httpx.Response:
+        barrier.wait()
+        return httpx.post(
+            f"{mortar_server.base_url}/v1/chat/completions",
+            content=orjson.dumps(
+                {
+                    "model": slow_budget_model,
+                    "stream": False,
+                    "max_tokens": 13,
+                    "messages": [{"role": "user", "content": QUESTION}],
+                }
+            ),
+            headers={
+                "Authorization": f"Bearer {tenant.secret}",
+                "X-Mortar-Dedupe": "in-flight",
+                "Idempotency-Key": "budget-shared",
+            },
+            timeout=60,
+        )
+
+    with ThreadPoolExecutor(5) as pool:
+        responses = list(pool.map(send, range(5)))
+
+    assert [r.status_code for r in responses] == [200] * 5
+    roles = sorted(r.headers["X-Mortar-Dedupe"] for r in responses)
+    assert roles == ["leader"] + ["shared"] * 4
+    ids = [r.headers["X-Mortar-Run-Id"] for r in responses]
+    wait_until(lambda: settled(ids), message="holds were not settled")
+    runs = {run.dedupe_role: run for run in (wait_for_run(run_id) for run_id in ids)}
+    assert runs["leader"].charged_usd == EXAMPLE_USD
+    assert runs["shared"].charged_usd == Decimal(0)  # held before dedupe, then released
+    total = Run.objects.filter(id__in=ids).aggregate(total=Sum("charged_usd"))["total"]
+    assert total == EXAMPLE_USD
+    spend = spend_of(BudgetSpend.Owner.KEY, tenant.key_id)
+    assert (spend.spent_usd, spend.held_usd) == (EXAMPLE_USD, Decimal(0))
+
+
+def test_the_reconciliation_task_charges_a_finished_run_s_stored_cost(
+    mortar_server: ServerProcess, budget_model: str
+) -> None:
+    """A hold whose settlement was lost (its worker died just after the run was stored) is
+    charged the run's stored cost, not the prompt alone."""
+    tenant = budget_tenant(key_usd="1")
+    response = complete(mortar_server, tenant.secret, budget_model, max_tokens=4)
+    run_id = response.headers["X-Mortar-Run-Id"]
+    wait_until(lambda: settled([run_id]), message="the hold was not settled")
+    run = wait_for_run(run_id)
+
+    def lose_the_settlement() -> None:
+        # Put the hold back as if the worker had died before settling it.
+        spend = BudgetSpend.objects.get(owner=BudgetSpend.Owner.KEY, owner_id=tenant.key_id)
+        BudgetSpend.objects.filter(id=spend.id).update(
+            spent_usd=0, held_usd=PROMPT_USD + 4 * TOKEN_USD
+        )
+        BudgetHold.objects.create(
+            run_id=run_id,
+            key_spend=spend,
+            amount_usd=PROMPT_USD + 4 * TOKEN_USD,
+            prompt_usd=PROMPT_USD,
+            expires_at=run.accepted_at,
+        )
+        Run.objects.filter(id=run_id).update(charged_usd=None)
+
+    committed(lose_the_settlement)
+    assert committed(reconcile_budget_holds) == 1
+
+    run.refresh_from_db()
+    assert run.charged_usd == PROMPT_USD + 4 * TOKEN_USD == run.cost
+    spend = spend_of(BudgetSpend.Owner.KEY, tenant.key_id)
+    assert (spend.spent_usd, spend.held_usd) == (PROMPT_USD + 4 * TOKEN_USD, Decimal(0))
