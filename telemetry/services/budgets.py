@@ -192,6 +192,17 @@ def budget_hold_settle(*, run_id: str, cost: Decimal) -> Decimal | None:
         return _settle(hold, cost)
 
 
+def _reconciled_cost(run_id: str, hold: BudgetHold) -> Decimal:
+    """What an expired hold's run cost, from what was stored of it: its cost when it closed
+    with one; nothing when it closed without (it never reached generation); else — still in
+    progress, or never stored, its worker killed — the prompt alone, which the model server
+    had received."""
+    stored = Run.objects.filter(id=run_id).values_list("status", "cost").first()
+    if stored is None or stored[0] == Run.Status.IN_PROGRESS:
+        return hold.prompt_usd if stored is None or stored[1] is None else stored[1]
+    return stored[1] if stored[1] is not None else Decimal(0)
+
+
 def budget_holds_reconcile(*, now: datetime) -> int:
     """Settle the holds that expired (their worker died): charge the run's stored cost, or the
     prompt alone when the run left no usage; return how many were settled."""
@@ -210,8 +221,7 @@ def budget_holds_reconcile(*, now: datetime) -> int:
             )
             if hold is None:
                 continue  # settled meanwhile by its own worker
-            stored = Run.objects.filter(id=run_id).values_list("cost", flat=True).first()
-            charged = _settle(hold, hold.prompt_usd if stored is None else stored)
+            charged = _settle(hold, _reconciled_cost(run_id, hold))
             Run.objects.filter(id=run_id).update(held_usd=hold.amount_usd, charged_usd=charged)
             settled += 1
     return settled

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any, TypeVar
 
@@ -26,7 +26,7 @@ from accounts.models import ApiKey, Organization
 from accounts.services import key_create
 from gateway.models import CatalogModel, Deployment
 from telemetry.models import BudgetHold, BudgetSpend, Run
-from telemetry.services.budgets import budget_holds_reconcile
+from telemetry.services.budgets import TOTAL_PERIOD_START, budget_holds_reconcile
 from telemetry.tasks import reconcile_budget_holds
 from tests.conftest import _server_env, wait_for_run
 from tests.support.servers import ServerProcess, start_mortar
@@ -464,3 +464,40 @@ def test_the_reconciliation_task_charges_a_finished_run_s_stored_cost(
     assert run.charged_usd == PROMPT_USD + 4 * TOKEN_USD == run.cost
     spend = spend_of(BudgetSpend.Owner.KEY, tenant.key_id)
     assert (spend.spent_usd, spend.held_usd) == (PROMPT_USD + 4 * TOKEN_USD, Decimal(0))
+
+
+def test_an_expired_hold_of_a_run_closed_without_usage_is_released_uncharged() -> None:
+    """A run refused or cancelled before generation, whose worker lost its hold's release."""
+    tenant = budget_tenant(key_usd="1")
+    accepted = datetime.now(UTC)
+
+    def leave_a_hold() -> None:
+        spend = BudgetSpend.objects.create(
+            owner=BudgetSpend.Owner.KEY,
+            owner_id=tenant.key_id,
+            period="total",
+            period_start=TOTAL_PERIOD_START,
+            held_usd=EXAMPLE_USD,
+        )
+        Run.objects.create(
+            id="chatcmpl-b0d9e7000000000000000001",
+            organization_id=tenant.organization_id,
+            status=Run.Status.CANCELLED,
+            accepted_at=accepted,
+            held_usd=EXAMPLE_USD,
+        )
+        BudgetHold.objects.create(
+            run_id="chatcmpl-b0d9e7000000000000000001",
+            key_spend=spend,
+            amount_usd=EXAMPLE_USD,
+            prompt_usd=PROMPT_USD,
+            expires_at=accepted,
+        )
+
+    committed(leave_a_hold)
+    assert committed(lambda: budget_holds_reconcile(now=accepted)) == 1
+
+    spend = spend_of(BudgetSpend.Owner.KEY, tenant.key_id)
+    assert (spend.spent_usd, spend.held_usd) == (Decimal(0), Decimal(0))
+    run = Run.objects.get(id="chatcmpl-b0d9e7000000000000000001")
+    assert run.charged_usd == Decimal(0)
