@@ -466,7 +466,9 @@ def test_the_reconciliation_task_charges_a_finished_run_s_stored_cost(
     assert (spend.spent_usd, spend.held_usd) == (PROMPT_USD + 4 * TOKEN_USD, Decimal(0))
 
 
-def test_an_expired_hold_of_a_run_closed_without_usage_is_released_uncharged() -> None:
+def test_an_expired_hold_of_a_run_closed_without_usage_is_released_uncharged(
+    sees_other_connections: None,
+) -> None:
     """A run refused or cancelled before generation, whose worker lost its hold's release."""
     tenant = budget_tenant(key_usd="1")
     accepted = datetime.now(UTC)
