@@ -14,6 +14,7 @@ from gateway.relay.rendering import Rendering
 from telemetry.costs import Prices, cached_tokens_of, usage_cost
 from telemetry.models import Run
 from telemetry.recording import RunRecorder
+from telemetry.records import RunOutcome
 
 # A stopped non-streaming reply says so (the spec leaves it open; OpenAI's values don't cover it).
 STOPPED_FINISH_REASON = "stopped"
@@ -67,24 +68,25 @@ class Relay:
         """Record the run's end with its usage and what that usage cost."""
         usage, source = self.usage()
         cost = usage_cost(usage, self.prices)
-        charged = None if self.budget is None else self.budget.charge(cost)
-        self.recorder.close(
-            status=status,
-            http_status=http_status,
-            error_code=error_code,
-            error_message=error_message,
-            finish_reason=self.generation.finish_reason
+        outcome: RunOutcome = {
+            "http_status": http_status,
+            "error_code": error_code,
+            "error_message": error_message,
+            "finish_reason": self.generation.finish_reason
             if status in (Run.Status.COMPLETED, Run.Status.STOPPED)
             else "",
-            prompt_tokens=usage["prompt_tokens"],
-            completion_tokens=usage["completion_tokens"],
-            total_tokens=usage.get("total_tokens", 0),
-            cached_tokens=cached_tokens_of(usage),
-            cost=cost,
-            usage=usage,
-            usage_source=source,
-            charged_usd=charged,
-        )
+            "prompt_tokens": usage["prompt_tokens"],
+            "completion_tokens": usage["completion_tokens"],
+            "total_tokens": usage.get("total_tokens", 0),
+            "cached_tokens": cached_tokens_of(usage),
+            "cost": cost,
+            "usage": usage,
+            "usage_source": source,
+        }
+        if self.budget is not None:
+            # Charged once (a later close is a no-op), settled on a worker thread.
+            outcome["charged_usd"] = self.budget.charge(cost)
+        self.recorder.close(status=status, **outcome)
 
     def end(self) -> None:
         """The generation is over: a stop for it is a 404 from now on."""
