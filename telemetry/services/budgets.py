@@ -147,6 +147,8 @@ def budget_hold(
         cap = max_tokens
         if per_token > 0:
             cap = min(cap, int((remaining - prompt_cost) / per_token))
+            if prompt_cost + cap * per_token > remaining:  # the division rounded up
+                cap -= 1
         amount = to_micro(prompt_cost + cap * per_token)
         for _, row in rows:
             row.held_usd += amount
