@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -67,9 +66,9 @@ class HeldBudget:
     amount_usd: Decimal
     max_tokens: int
     charged_usd: Decimal | None = None
-    settling: Future[Decimal | None] | asyncio.Future[Decimal | None] | None = field(
-        default=None, repr=False
-    )
+    # The settlement in progress on a worker thread (nothing waits for it: a lost one is
+    # reconciled when the hold expires).
+    settling: asyncio.Future[Decimal | None] | None = field(default=None, repr=False)
 
     def charge(self, cost: Decimal) -> Decimal:
         """Charge `cost` (capped at the hold) and release the rest, on a worker thread; return
