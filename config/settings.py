@@ -197,6 +197,12 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 300.0,
         "kwargs": {"hours": 2},
     },
+    # A budget hold whose worker died expires (its deployment's total timeout + 60 s) and is
+    # charged from the run's stored usage by this pass (issue 14; README, "Budgets and holds").
+    "reconcile-budget-holds": {
+        "task": "telemetry.tasks.reconcile_budget_holds",
+        "schedule": 60.0,
+    },
     # Runs the writer's spool drains after a long database outage land in hours the
     # five-minute refresh no longer looks at; once a day, look back two days.
     "rollup-usage-late-runs": {

@@ -11,6 +11,7 @@
     │   ├── ContextLengthExceeded   400 context_length_exceeded
     │   └── UnsupportedSurface      400 unsupported_surface  (a model this route does not serve)
     ├── AuthenticationError         401 missing_key / invalid_key
+    ├── InsufficientQuota           402 insufficient_quota   (a budget cannot pay for it)
     ├── RouteNotFound               404 not_found
     ├── ModelNotFound               404 model_not_found
     ├── MethodNotAllowed            405 method_not_allowed
@@ -117,6 +118,15 @@ class AuthenticationError(MortarError):
     status = 401
     type = "authentication_error"
     code = "invalid_key"
+
+
+class InsufficientQuota(MortarError):
+    """The organization's or the key's budget cannot pay for the prompt and one output token
+    (issue 14); Anthropic's envelope calls a 402 `billing_error`."""
+
+    status = 402
+    type = "insufficient_quota"
+    code = "insufficient_quota"
 
 
 class RouteNotFound(MortarError):

@@ -23,5 +23,6 @@ urlpatterns = [
     path("runs/<str:run_id>/images/<int:position>", views.run_image, name="run-image"),
     path("sessions/", views.sessions, name="sessions"),
     path("audit/", views.audit, name="audit"),
+    path("budgets/", views.budgets, name="budgets"),
     path("assets/<path:path>", views.asset, name="asset"),
 ]

@@ -29,6 +29,7 @@ from django.views.decorators.http import require_GET, require_POST
 from dashboard import services
 from dashboard.forms import FINISH_REASONS, AuditForm, OverviewForm, RunFilterForm, SessionForm
 from dashboard.selectors.audit import AUDIT_DIMENSIONS, audit_csv_rows, audit_rows, audit_totals
+from dashboard.selectors.budgets import budget_rows
 from dashboard.selectors.catalog import (
     deployment_names,
     key_choices,
@@ -261,6 +262,13 @@ def sessions(request: HttpRequest) -> HttpResponse:
             "params": params.urlencode(),
         },
     )
+
+
+@staff_required
+@require_GET
+def budgets(request: HttpRequest) -> HttpResponse:
+    """Spend against budget per organization and key, in the current period."""
+    return render(request, "dashboard/budgets.html", {"rows": budget_rows(now=timezone.now())})
 
 
 @staff_required

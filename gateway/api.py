@@ -21,8 +21,10 @@ from gateway.anthropic.docs import (
     MESSAGE_DOCS,
     MESSAGE_RESPONSES,
 )
+from gateway.budgets import budget_report
 from gateway.catalog.selectors import model_list
 from gateway.contract.docs import (
+    BUDGET_RESPONSES,
     CHAT_COMPLETION_DOCS,
     CHAT_COMPLETION_RESPONSES,
     MODELS_RESPONSES,
@@ -130,3 +132,16 @@ async def models(request: HttpRequest) -> HttpResponse:
             ],
         }
     )
+
+
+@router.get(
+    "/budget",
+    operation_id="get_budget",
+    tags=["Budgets"],
+    summary="Read where the budgets stand",
+    response=BUDGET_RESPONSES,
+)
+async def budget(request: HttpRequest) -> HttpResponse:
+    """The organization's and the key's budgets in their current period: spent, held by
+    requests in flight, and remaining (issue 14); null where no budget is set."""
+    return json_response(await budget_report(key_of(request)))

@@ -59,6 +59,8 @@ class RunFields(TypedDict, total=False):
     usage: dict[str, Any] | None
     usage_source: str
     cost: Decimal | None
+    held_usd: Decimal | None
+    charged_usd: Decimal | None
     chunk_count: int
 
 
@@ -76,6 +78,8 @@ class RunOutcome(TypedDict, total=False):
     usage: dict[str, Any] | None
     usage_source: str
     cost: Decimal | None
+    held_usd: Decimal | None
+    charged_usd: Decimal | None
     dedupe_role: str
     dedupe_leader: str
 

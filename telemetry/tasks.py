@@ -1,15 +1,19 @@
-"""Celery tasks of the run store: the retention purge and the hourly usage rollups.
+"""Celery tasks of the run store: the retention purge, the hourly usage rollups, and the
+reconciliation of budget holds whose worker died.
 
-Beat runs both (`CELERY_BEAT_SCHEDULE` in config/settings.py). Each takes simple arguments,
+Beat runs them (`CELERY_BEAT_SCHEDULE` in config/settings.py). Each takes simple arguments,
 calls one service and is safe to run twice, or twice at once: the purge is idempotent and the
 rollups recompute whole hours. A lost database connection is retried a bounded number of times.
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
+from telemetry.services.budgets import budget_holds_reconcile
 from telemetry.services.retention import runs_purge_expired
 from telemetry.services.rollups import usage_rollups_catch_up
 
@@ -34,3 +38,9 @@ def purge_expired_runs(organization_id: int | None = None) -> dict[str, int]:
 def rollup_usage(hours: int = 2) -> dict[str, int]:
     """Recompute the rollups of the hours touched in the last `hours`, or since the last run."""
     return usage_rollups_catch_up(hours=hours).as_dict()
+
+
+@retried_task
+def reconcile_budget_holds() -> int:
+    """Charge and release the budget holds that expired (their worker died mid-generation)."""
+    return budget_holds_reconcile(now=datetime.now(UTC))

@@ -76,7 +76,7 @@ def test_chat_completions_declares_its_body_and_answers(document: dict[str, Any]
         request["properties"]
     )
     answers = operation["responses"]
-    assert set(answers) == {"200", "400", "401", "404", "409", "413", "502", "503", "504"}
+    assert set(answers) == {"200", "400", "401", "402", "404", "409", "413", "502", "503", "504"}
     assert answers["200"]["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/ChatCompletion"
     }
@@ -104,14 +104,14 @@ def test_messages_declares_its_body_and_answers_in_anthropics_envelope(
         request["properties"]
     )
     answers = operation["responses"]
-    assert set(answers) == {"200", "400", "401", "404", "409", "413", "502", "503", "504"}
+    assert set(answers) == {"200", "400", "401", "402", "404", "409", "413", "502", "503", "504"}
     assert answers["200"]["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/Message"
     }
     assert "request-id" in answers["200"]["headers"]
     stream = answers["200"]["content"]["text/event-stream"]["schema"]
     assert stream["required"] == ["event", "data"]
-    for status in ("400", "401", "404", "413", "502", "503", "504"):
+    for status in ("400", "401", "402", "404", "413", "502", "503", "504"):
         assert answers[status]["content"]["application/json"]["schema"] == {
             "$ref": "#/components/schemas/AnthropicErrorEnvelope"
         }
@@ -137,6 +137,7 @@ def test_every_operation_declares_its_answers_with_schemas(document: dict[str, A
         "create_message",
         "count_message_tokens",
         "list_models",
+        "get_budget",
         "stop_generation",
         "telemetry_stream",
         "replay_run",

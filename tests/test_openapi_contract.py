@@ -52,6 +52,7 @@ BUDGET = {
     "create_message": 100,
     "count_message_tokens": 30,
     "list_models": 15,
+    "get_budget": 10,
     "stop_generation": 30,
     "replay_run": 16,
     "telemetry_stream": 30,
@@ -101,6 +102,7 @@ def test_the_document_declares_every_v1_operation(api_schema: schemathesis.BaseS
         "GET /v1/chat/completions/runs/{run_id}",
         "POST /v1/generations/{run_id}/stop",
         "GET /v1/models",
+        "GET /v1/budget",
         "GET /v1/telemetry/stream",
     }
     assert {api_schema.find_operation_by_id(name).label for name in BUDGET} == operations

@@ -61,7 +61,7 @@ MESSAGE_HEADERS = {
     },
 }
 
-_ERRORS = (400, 401, 404, 409, 413, 502, 503, 504)
+_ERRORS = (400, 401, 402, 404, 409, 413, 502, 503, 504)
 MESSAGE_RESPONSES = {200: Message, **error_responses(*_ERRORS, style=Envelope.ANTHROPIC)}
 MESSAGE_DOCS: dict[str, Any] = {
     "parameters": [*CHAT_REQUEST_HEADERS, *ANTHROPIC_HEADERS],

@@ -18,6 +18,7 @@ from core.http.openapi import (
     json_content,
     json_text,
 )
+from gateway.contract.budget import BudgetReport
 from gateway.contract.examples import (
     CHAT_COMPLETIONS,
     CHAT_REQUESTS,
@@ -100,7 +101,7 @@ COMPLETION_HEADERS = {
 
 CHAT_COMPLETION_RESPONSES = {
     200: ChatCompletion,
-    **error_responses(400, 401, 404, 409, 413, 502, 503, 504),
+    **error_responses(400, 401, 402, 404, 409, 413, 502, 503, 504),
 }
 
 CHAT_COMPLETION_DOCS: dict[str, Any] = {
@@ -156,3 +157,4 @@ STOP_DOCS: dict[str, Any] = {
 }
 
 MODELS_RESPONSES = {200: ModelList, **error_responses(401)}
+BUDGET_RESPONSES = {200: BudgetReport, **error_responses(401)}

@@ -2,7 +2,7 @@
 
     authenticate (the operation's auth) → accept → read body → validate → resolve model →
     images (a model with vision) → session → tool selector → prompt optimizer → count tokens,
-    plan the output cap → dedupe →
+    plan the output cap → hold on the budgets → dedupe →
     generate (scripted, or forward to the session's replica) → relay chunks → record
 
 One pipeline for both API surfaces: `chat_completion` (OpenAI's chat completions) and
@@ -30,6 +30,7 @@ from gateway.anthropic.validation import validate_count_tokens_request
 from gateway.contract.headers import read_mortar_headers
 from gateway.coordination.dedupe import in_flight_board
 from gateway.pipeline.accept import accept, body_within_limit, read_body, run_recorder
+from gateway.pipeline.budget import hold_budget, release_budget
 from gateway.pipeline.finish import refuse, share
 from gateway.pipeline.generate import generate
 from gateway.pipeline.plan import Plan, plan, plan_prompt, resolve
@@ -57,17 +58,21 @@ async def complete(
     try:
         body = read_body(request, recorder)
         await plan(request, body, organization, recorder, decided)
+        await hold_budget(key, recorder, decided)
         claim = None
         if decided.dedupe is not None:
             claim = await in_flight_board().claim(
                 organization.id, decided.dedupe, accepted.completion_id
             )
     except MortarError as error:
+        release_budget(recorder, decided)
         return refuse(error, recorder, decided)
 
     if claim is None:
         return await generate(decided, accepted, organization, recorder)
     if claim.role == "shared":
+        # The leader's run is charged for the generation; this one costs nothing.
+        release_budget(recorder, decided)
         return await share(claim, recorder, decided)
     decided.dedupe_role = "leader"
     recorder.set(dedupe_role="leader")

@@ -14,6 +14,7 @@ from gateway.generation.reply import Deltas, Generation
 from gateway.generation.scripted import ScriptedModel, one_per_batch
 from gateway.models import Deployment
 from gateway.pipeline.accept import Accepted
+from gateway.pipeline.budget import release_budget
 from gateway.pipeline.finish import refuse
 from gateway.pipeline.plan import Plan
 from gateway.pipeline.surface import RenderingFor
@@ -83,8 +84,10 @@ async def generate(
             ping_interval = None
     except MortarError as error:
         release()
+        release_budget(recorder, plan)
         return refuse(error, recorder, plan)
     except BaseException:
+        release_budget(recorder, plan)
         # The client went away while the model server was being reached.
         recorder.close(
             status=Run.Status.CANCELLED, http_status=499, error_code="client_disconnected"
@@ -108,6 +111,7 @@ async def generate(
         prompt_tokens=plan.prompt_tokens,
         headers=plan.headers(),
         prices=model.prices,
+        budget=plan.budget,
         ping_interval=ping_interval,
         stop=stop,
         release=release,

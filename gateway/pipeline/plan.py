@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from accounts.models import Organization
 from core.errors import ContextLengthExceeded
 from core.http.requests import AnyRequest
+from gateway.budgets import HeldBudget
 from gateway.catalog.selectors import model_resolve
 from gateway.contract.chat import ChatRequest
 from gateway.contract.headers import MortarHeaders, read_mortar_headers
@@ -109,6 +110,8 @@ class Plan:
     max_tokens: int = 0
     stream: bool = True
     dedupe: DedupeRequest | None = None
+    # The hold on the request's budgets (gateway/pipeline/budget.py), None when none applies.
+    budget: HeldBudget | None = None
     # Decided after planning: the replica that answers, and this request's dedupe role.
     replica: str | None = None
     dedupe_role: str | None = None

@@ -8,11 +8,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.flags import Flag
+from gateway.budgets import HeldBudget
 from gateway.generation.reply import Deltas, Generation
 from gateway.relay.rendering import Rendering
 from telemetry.costs import Prices, cached_tokens_of, usage_cost
 from telemetry.models import Run
 from telemetry.recording import RunRecorder
+from telemetry.records import RunOutcome
 
 # A stopped non-streaming reply says so (the spec leaves it open; OpenAI's values don't cover it).
 STOPPED_FINISH_REASON = "stopped"
@@ -31,6 +33,8 @@ class Relay:
     prompt_tokens: int
     headers: dict[str, str]
     prices: Prices = field(default_factory=Prices)
+    # The run's hold on its budgets, charged with its cost when it closes (issue 14).
+    budget: HeldBudget | None = None
     # Set when someone presses Stop (gateway/coordination/stop.py); `release` unregisters
     # the generation (idempotent).
     stop: Flag | None = None
@@ -63,22 +67,26 @@ class Relay:
     ) -> None:
         """Record the run's end with its usage and what that usage cost."""
         usage, source = self.usage()
-        self.recorder.close(
-            status=status,
-            http_status=http_status,
-            error_code=error_code,
-            error_message=error_message,
-            finish_reason=self.generation.finish_reason
+        cost = usage_cost(usage, self.prices)
+        outcome: RunOutcome = {
+            "http_status": http_status,
+            "error_code": error_code,
+            "error_message": error_message,
+            "finish_reason": self.generation.finish_reason
             if status in (Run.Status.COMPLETED, Run.Status.STOPPED)
             else "",
-            prompt_tokens=usage["prompt_tokens"],
-            completion_tokens=usage["completion_tokens"],
-            total_tokens=usage.get("total_tokens", 0),
-            cached_tokens=cached_tokens_of(usage),
-            cost=usage_cost(usage, self.prices),
-            usage=usage,
-            usage_source=source,
-        )
+            "prompt_tokens": usage["prompt_tokens"],
+            "completion_tokens": usage["completion_tokens"],
+            "total_tokens": usage.get("total_tokens", 0),
+            "cached_tokens": cached_tokens_of(usage),
+            "cost": cost,
+            "usage": usage,
+            "usage_source": source,
+        }
+        if self.budget is not None:
+            # Charged once (a later close is a no-op), settled on a worker thread.
+            outcome["charged_usd"] = self.budget.charge(cost)
+        self.recorder.close(status=status, **outcome)
 
     def end(self) -> None:
         """The generation is over: a stop for it is a 404 from now on."""

@@ -27,6 +27,7 @@ PAGES = [
     "/dashboard/sessions/",
     "/dashboard/audit/",
     "/dashboard/audit/?format=csv",
+    "/dashboard/budgets/",
 ]
 
 

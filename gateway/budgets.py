@@ -1,0 +1,154 @@
+"""Budgets on the request path (issue 14): hold before generation, charge when the run ends.
+
+The ledger itself is `telemetry.services.budgets`; this module decides which budgets a request
+must fit (its organization's and its key's), takes the hold off the event loop, and settles it
+on a worker thread when the run closes. A settlement that never happens (the worker died) is
+not lost: the hold expires and `budget_holds_reconcile` charges it from the run's stored usage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+from accounts.models import ApiKey
+from core.db import database_read, drop_broken_connection
+from telemetry.costs import Prices
+from telemetry.models import BudgetSpend
+from telemetry.services.budgets import (
+    Budget,
+    Standing,
+    budget_hold,
+    budget_hold_settle,
+    budget_standing,
+    charge_for,
+    to_micro,
+)
+
+logger = logging.getLogger(__name__)
+
+# A hold outlives its generation by this much before the reconciliation may settle it: a
+# generation never runs past its deployment's total timeout, and the run's row needs a moment
+# to reach the database after it ends (README, "Budgets and holds").
+HOLD_MARGIN = timedelta(seconds=60)
+
+
+def budgets_for(key: ApiKey) -> list[Budget]:
+    """The budgets a request with this key must fit, in the ledger's lock order."""
+    budgets = []
+    organization = key.organization
+    if organization.budget_usd is not None:
+        budgets.append(
+            Budget(
+                BudgetSpend.Owner.ORGANIZATION,
+                organization.id,
+                organization.budget_usd,
+                organization.budget_period,
+            )
+        )
+    if key.budget_usd is not None:
+        budgets.append(Budget(BudgetSpend.Owner.KEY, key.id, key.budget_usd, key.budget_period))
+    return budgets
+
+
+def costs_something(prices: Prices) -> bool:
+    return prices.input > 0 or prices.cached_input > 0 or prices.output > 0
+
+
+@dataclass
+class HeldBudget:
+    """A run's hold, settled once: the first charge counts, later ones are no-ops."""
+
+    run_id: str
+    amount_usd: Decimal
+    max_tokens: int
+    charged_usd: Decimal | None = None
+    # The settlement in progress on a worker thread (nothing waits for it: a lost one is
+    # reconciled when the hold expires).
+    settling: asyncio.Future[Decimal | None] | None = field(default=None, repr=False)
+
+    def charge(self, cost: Decimal) -> Decimal:
+        """Charge `cost` (capped at the hold) and release the rest, on a worker thread; return
+        what is charged (the run's `charged_usd`)."""
+        if self.charged_usd is not None:
+            return self.charged_usd
+        self.charged_usd = charge_for(cost, self.amount_usd)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not on an event loop: this thread may use the database
+            _settle(self.run_id, cost)
+            return self.charged_usd
+        self.settling = loop.run_in_executor(None, _settle, self.run_id, cost)
+        return self.charged_usd
+
+
+def _settle(run_id: str, cost: Decimal) -> Decimal | None:
+    drop_broken_connection()
+    try:
+        return budget_hold_settle(run_id=run_id, cost=cost)
+    except Exception:
+        # The hold stays and expires; the reconciliation charges it from the stored run.
+        logger.exception("budget: settling the hold of %s failed; it will be reconciled", run_id)
+        return None
+
+
+async def hold_for(
+    *,
+    run_id: str,
+    key: ApiKey,
+    prompt_tokens: int,
+    max_tokens: int,
+    prices: Prices,
+    total_timeout_s: float,
+) -> HeldBudget | None:
+    """Hold what the request may cost on its budgets; None when none applies or the model
+    costs nothing (never refused for budget). Raises InsufficientQuota."""
+    budgets = budgets_for(key)
+    if not budgets or not costs_something(prices):
+        return None
+    now = datetime.now(UTC)
+    held = await database_read(
+        lambda: budget_hold(
+            run_id=run_id,
+            budgets=budgets,
+            prompt_tokens=prompt_tokens,
+            max_tokens=max_tokens,
+            prices=prices,
+            expires_at=now + timedelta(seconds=total_timeout_s) + HOLD_MARGIN,
+            now=now,
+        )
+    )
+    return HeldBudget(run_id=run_id, amount_usd=held.amount_usd, max_tokens=held.max_tokens)
+
+
+def _decimal_text(amount: Decimal) -> str:
+    return f"{to_micro(amount):f}"
+
+
+def standing_body(standing: Standing) -> dict[str, str | None]:
+    return {
+        "budget_usd": _decimal_text(standing.budget_usd),
+        "period": standing.period,
+        "spent_usd": _decimal_text(standing.spent_usd),
+        "held_usd": _decimal_text(standing.held_usd),
+        "remaining_usd": _decimal_text(standing.remaining_usd),
+        "resets_at": None
+        if standing.resets_at is None
+        else standing.resets_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
+async def budget_report(key: ApiKey) -> dict[str, dict[str, str | None] | None]:
+    """`GET /v1/budget`: the organization's and the key's budgets where they stand."""
+    now = datetime.now(UTC)
+
+    def read() -> dict[str, dict[str, str | None] | None]:
+        report: dict[str, dict[str, str | None] | None] = {"organization": None, "key": None}
+        for budget in budgets_for(key):
+            report[budget.owner] = standing_body(budget_standing(budget, now=now))
+        return report
+
+    return await database_read(read)

@@ -1,0 +1,252 @@
+"""The budget ledger (issue 14): holds before generation, charges after, exact across workers.
+
+Every change to a budget's period row (`BudgetSpend`) happens in one short transaction that
+holds its row lock (`SELECT … FOR UPDATE` on Postgres), so two workers holding at once are
+serialized by the database and `spent + held` never passes the budget. Locks are always taken
+in one order — a run's hold row, then the organization's row, then the key's — so two
+transactions never wait on each other in a circle. SQLite (the embedded mode: one process)
+has no row locks; there a process-wide lock serializes the same transactions.
+
+Amounts are Decimal USD to the micro-dollar: a hold is rounded up (it must cover the cost), a
+charge is the cost rounded up and never more than its hold (so the charges of a period never
+pass its budget, whatever a model server reports).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from decimal import ROUND_CEILING, Decimal
+
+from django.db import connection, transaction
+
+from core.errors import InsufficientQuota
+from telemetry.costs import PER_MILLION, Prices
+from telemetry.models import BudgetHold, BudgetSpend, Run
+
+MICRO = Decimal("0.000001")
+TOTAL_PERIOD_START = date(1970, 1, 1)
+# How many expired holds one reconciliation pass settles at most (the next pass does the rest).
+RECONCILE_BATCH = 1000
+
+_sqlite_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One budget a request must fit: an organization's or a key's."""
+
+    owner: str  # BudgetSpend.Owner
+    owner_id: int
+    usd: Decimal
+    period: str  # day | month | total
+
+
+@dataclass(frozen=True)
+class Held:
+    """What a hold took: the output cap it pays for, its amount, and the prompt's part."""
+
+    max_tokens: int
+    amount_usd: Decimal
+    prompt_usd: Decimal
+
+
+@dataclass(frozen=True)
+class Standing:
+    """Where a budget stands in its current period."""
+
+    budget_usd: Decimal
+    period: str
+    spent_usd: Decimal
+    held_usd: Decimal
+    remaining_usd: Decimal
+    resets_at: datetime | None
+
+
+def to_micro(amount: Decimal) -> Decimal:
+    """Round up to the micro-dollar."""
+    return amount.quantize(MICRO, rounding=ROUND_CEILING)
+
+
+def period_start(period: str, now: datetime) -> date:
+    if period == "day":
+        return now.astimezone(UTC).date()
+    if period == "month":
+        return now.astimezone(UTC).date().replace(day=1)
+    return TOTAL_PERIOD_START
+
+
+def resets_at(period: str, now: datetime) -> datetime | None:
+    """When the period's spend starts again from zero (UTC midnight); never for `total`."""
+    start = period_start(period, now)
+    if period == "day":
+        following = start + timedelta(days=1)
+    elif period == "month":
+        following = (start.replace(day=28) + timedelta(days=4)).replace(day=1)
+    else:
+        return None
+    return datetime(following.year, following.month, following.day, tzinfo=UTC)
+
+
+@contextmanager
+def _serialized() -> Iterator[None]:
+    """One ledger transaction; on SQLite, one at a time in this process."""
+    if connection.vendor == "sqlite":
+        with _sqlite_lock, transaction.atomic():
+            yield
+    else:
+        with transaction.atomic():
+            yield
+
+
+def _locked_spend(budget: Budget, now: datetime) -> BudgetSpend:
+    """The budget's row for the current period, locked; created by the period's first hold."""
+    fields = {
+        "owner": budget.owner,
+        "owner_id": budget.owner_id,
+        "period": budget.period,
+        "period_start": period_start(budget.period, now),
+    }
+    row = BudgetSpend.objects.select_for_update().filter(**fields).first()
+    if row is None:
+        # Two first holds at once: one insert wins, the other is ignored; both then lock it.
+        BudgetSpend.objects.bulk_create([BudgetSpend(**fields)], ignore_conflicts=True)
+        row = BudgetSpend.objects.select_for_update().get(**fields)
+    return row
+
+
+def budget_hold(
+    *,
+    run_id: str,
+    budgets: Sequence[Budget],
+    prompt_tokens: int,
+    max_tokens: int,
+    prices: Prices,
+    expires_at: datetime,
+    now: datetime,
+) -> Held:
+    """Hold the prompt and the output cap on every budget, lowering the cap to what the
+    tightest one can pay; raise InsufficientQuota when it cannot pay the prompt and one token.
+
+    `budgets` are in lock order: the organization's before the key's.
+    """
+    prompt_cost = prompt_tokens * prices.input / PER_MILLION
+    per_token = prices.output / PER_MILLION
+    with _serialized():
+        rows = [(budget, _locked_spend(budget, now)) for budget in budgets]
+        remaining = min(budget.usd - row.spent_usd - row.held_usd for budget, row in rows)
+        if prompt_cost + per_token > remaining:
+            raise InsufficientQuota(
+                f"This request needs at least ${to_micro(prompt_cost + per_token)} (its prompt "
+                f"and one output token); the budget has ${max(remaining, Decimal(0))} left. "
+                "See GET /v1/budget."
+            )
+        cap = max_tokens
+        if per_token > 0:
+            cap = min(cap, int((remaining - prompt_cost) / per_token))
+            if prompt_cost + cap * per_token > remaining:  # the division rounded up
+                cap -= 1
+        amount = to_micro(prompt_cost + cap * per_token)
+        for _, row in rows:
+            row.held_usd += amount
+            row.save(update_fields=["held_usd"])
+        by_owner = {budget.owner: row for budget, row in rows}
+        BudgetHold.objects.create(
+            run_id=run_id,
+            organization_spend=by_owner.get(BudgetSpend.Owner.ORGANIZATION),
+            key_spend=by_owner.get(BudgetSpend.Owner.KEY),
+            amount_usd=amount,
+            prompt_usd=to_micro(prompt_cost),
+            expires_at=expires_at,
+        )
+    return Held(max_tokens=cap, amount_usd=amount, prompt_usd=to_micro(prompt_cost))
+
+
+def charge_for(cost: Decimal, held: Decimal) -> Decimal:
+    """What a run is charged: its cost to the micro-dollar, never more than it held."""
+    return min(to_micro(cost), held)
+
+
+def _settle(hold: BudgetHold, cost: Decimal) -> Decimal:
+    """Charge and release one locked hold; return the charge."""
+    charged = charge_for(cost, hold.amount_usd)
+    for spend_id in (hold.organization_spend_id, hold.key_spend_id):
+        if spend_id is None:
+            continue
+        row = BudgetSpend.objects.select_for_update().get(id=spend_id)
+        row.held_usd -= hold.amount_usd
+        row.spent_usd += charged
+        row.save(update_fields=["held_usd", "spent_usd"])
+    hold.delete()
+    return charged
+
+
+def budget_hold_settle(*, run_id: str, cost: Decimal) -> Decimal | None:
+    """Charge a run's cost and release the rest of its hold; None when there is no hold left
+    (never held, or settled already: settling is safe to repeat)."""
+    with _serialized():
+        hold = BudgetHold.objects.select_for_update().filter(run_id=run_id).first()
+        if hold is None:
+            return None
+        return _settle(hold, cost)
+
+
+def _reconciled_cost(run_id: str, hold: BudgetHold) -> Decimal:
+    """What an expired hold's run cost, from what was stored of it: its cost when it closed
+    with one; nothing when it closed without (it never reached generation); else — still in
+    progress, or never stored, its worker killed — the prompt alone, which the model server
+    had received."""
+    stored = Run.objects.filter(id=run_id).values_list("status", "cost").first()
+    if stored is None or stored[0] == Run.Status.IN_PROGRESS:
+        return hold.prompt_usd if stored is None or stored[1] is None else stored[1]
+    return stored[1] if stored[1] is not None else Decimal(0)
+
+
+def budget_holds_reconcile(*, now: datetime) -> int:
+    """Settle the holds that expired (their worker died): charge the run's stored cost, or the
+    prompt alone when the run left no usage; return how many were settled."""
+    expired = list(
+        BudgetHold.objects.filter(expires_at__lte=now).values_list("run_id", flat=True)[
+            :RECONCILE_BATCH
+        ]
+    )
+    settled = 0
+    for run_id in expired:
+        with _serialized():
+            hold = (
+                BudgetHold.objects.select_for_update()
+                .filter(run_id=run_id, expires_at__lte=now)
+                .first()
+            )
+            if hold is None:
+                continue  # settled meanwhile by its own worker
+            charged = _settle(hold, _reconciled_cost(run_id, hold))
+            Run.objects.filter(id=run_id).update(held_usd=hold.amount_usd, charged_usd=charged)
+            settled += 1
+    return settled
+
+
+def budget_standing(budget: Budget, *, now: datetime) -> Standing:
+    """The budget's spend, holds and what is left in the current period."""
+    row = (
+        BudgetSpend.objects.filter(
+            owner=budget.owner,
+            owner_id=budget.owner_id,
+            period=budget.period,
+            period_start=period_start(budget.period, now),
+        )
+        .values_list("spent_usd", "held_usd")
+        .first()
+    )
+    spent, held = row if row is not None else (Decimal(0), Decimal(0))
+    return Standing(
+        budget_usd=budget.usd,
+        period=budget.period,
+        spent_usd=spent,
+        held_usd=held,
+        remaining_usd=max(budget.usd - spent - held, Decimal(0)),
+        resets_at=resets_at(budget.period, now),
+    )

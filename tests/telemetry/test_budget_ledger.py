@@ -1,0 +1,98 @@
+"""The budget ledger's arithmetic: holds that fit or lower the cap, 402, charges, periods."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+
+from core.errors import InsufficientQuota
+from telemetry.costs import Prices
+from telemetry.models import BudgetHold, BudgetSpend
+from telemetry.services.budgets import (
+    Budget,
+    budget_hold,
+    budget_hold_settle,
+    period_start,
+    resets_at,
+)
+
+pytestmark = pytest.mark.django_db
+
+NOW = datetime(2026, 12, 31, 23, 59, tzinfo=UTC)
+# Awkward prices: $3.7 per million input tokens, $11.3 per million output tokens.
+PRICES = Prices(input=Decimal("3.7"), output=Decimal("11.3"))
+
+
+def hold(run_id: str, budget: Budget, *, prompt: int = 1000, cap: int = 4096) -> int:
+    return budget_hold(
+        run_id=run_id,
+        budgets=[budget],
+        prompt_tokens=prompt,
+        max_tokens=cap,
+        prices=PRICES,
+        expires_at=NOW + timedelta(minutes=11),
+        now=NOW,
+    ).max_tokens
+
+
+def spend() -> BudgetSpend:
+    return BudgetSpend.objects.get(owner="key", owner_id=7)
+
+
+def test_a_hold_that_fits_keeps_the_cap_and_holds_the_prompt_and_the_whole_cap() -> None:
+    budget = Budget("key", 7, Decimal("1"), "month")
+    assert hold("run-1", budget) == 4096
+
+    row = spend()
+    # 1000 * $0.0000037 + 4096 * $0.0000113 = $0.0499848, rounded up to the micro-dollar
+    assert (row.spent_usd, row.held_usd) == (Decimal(0), Decimal("0.049985"))
+    assert BudgetHold.objects.get(run_id="run-1").prompt_usd == Decimal("0.003700")
+
+
+def test_the_cap_is_lowered_to_exactly_what_is_left() -> None:
+    budget = Budget("key", 7, Decimal("0.040000"), "month")
+    cap = hold("run-1", budget)
+
+    prompt_usd = Decimal("0.0037")
+    per_token = Decimal("0.0000113")
+    assert cap == int((budget.usd - prompt_usd) / per_token) == 3212
+    row = spend()
+    assert row.held_usd == Decimal("0.039996")  # 0.0037 + 3212 * 0.0000113, rounded up
+    assert row.held_usd + per_token > budget.usd  # one more token would not have fitted
+
+
+def test_a_budget_that_cannot_pay_the_prompt_and_one_token_refuses_and_holds_nothing() -> None:
+    budget = Budget("key", 7, Decimal("0.003711"), "total")  # the prompt + one token is 0.0037113
+    with pytest.raises(InsufficientQuota) as refused:
+        hold("run-1", budget)
+
+    assert (refused.value.status, refused.value.code) == (402, "insufficient_quota")
+    assert not BudgetHold.objects.exists()
+    assert BudgetSpend.objects.filter(held_usd__gt=0).count() == 0
+
+
+def test_a_charge_is_the_cost_rounded_up_never_more_than_the_hold_and_counted_once() -> None:
+    budget = Budget("key", 7, Decimal("1"), "day")
+    hold("run-1", budget, cap=10)  # holds 0.0037 + 0.000113 = 0.003813
+    hold("run-2", budget, cap=10)
+
+    assert budget_hold_settle(run_id="run-1", cost=Decimal("0.0012341")) == Decimal("0.001235")
+    assert budget_hold_settle(run_id="run-1", cost=Decimal("0.5")) is None  # settled already
+    assert budget_hold_settle(run_id="run-2", cost=Decimal("0.5")) == Decimal("0.003813")
+
+    row = spend()
+    assert (row.spent_usd, row.held_usd) == (Decimal("0.005048"), Decimal(0))
+
+
+def test_periods_start_and_reset_at_utc_midnight() -> None:
+    assert period_start("day", NOW) == date(2026, 12, 31)
+    assert period_start("month", NOW) == date(2026, 12, 1)
+    assert period_start("total", NOW) == date(1970, 1, 1)
+    assert resets_at("day", NOW) == datetime(2027, 1, 1, tzinfo=UTC)
+    assert resets_at("month", NOW) == datetime(2027, 1, 1, tzinfo=UTC)
+    assert resets_at("month", datetime(2027, 1, 31, 12, tzinfo=UTC)) == datetime(
+        2027, 2, 1, tzinfo=UTC
+    )
+    assert resets_at("total", NOW) is None
