@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import CliTenant, manage, stored_bytes, wait_for_run
 from tests.support.servers import ServerProcess
+from tests.support.telemetry import Subscriber
 from tests.support.upstreams import MockPair
 
 pytestmark = pytest.mark.django_db
@@ -104,11 +105,25 @@ def test_a_key_over_its_requests_per_minute_is_refused_in_this_process(
 ) -> None:
     # The one process of the embedded mode as much as with Redis.
     tenant = limited_tenant("--rpm", "2")
+    subscriber = Subscriber(mortar_server, tenant.secret)
     assert [ask(mortar_server, tenant.secret).status_code for _ in range(2)] == [200, 200]
     refused = ask(mortar_server, tenant.secret)
     assert refused.status_code == 429
     assert 29 <= int(refused.headers["Retry-After"]) <= 30
     assert_refused_run(refused)
+
+    # The refusal is in the organization's telemetry stream, as a failed generation.
+    run_id = refused.headers["X-Mortar-Run-Id"]
+    subscriber.wait_for(
+        lambda events: any(
+            e["type"] == "generation.failed" and e["runId"] == run_id for e in events
+        )
+    )
+    subscriber.close()
+    [failed] = [
+        e for _, e in subscriber.events if e["type"] == "generation.failed" and e["runId"] == run_id
+    ]
+    assert (failed["httpStatus"], failed["code"]) == (429, "rate_limit_exceeded")
 
 
 def test_tokens_admit_the_prompt_and_count_the_whole_usage_when_it_ends(
