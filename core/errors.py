@@ -18,17 +18,21 @@
     ├── IdempotencyConflict         409 idempotency_conflict
     ├── RunGone                     410 run_gone
     ├── RequestTooLarge             413 request_too_large
+    ├── RateLimitExceeded           429 rate_limit_exceeded  (an organization's or key's limit)
     ├── HttpStatusError             any other status Django or ninja answered with
     ├── ModelNotAvailable           503 model_not_available
     └── UpstreamError               502 upstream_error       (a model server failed)
         ├── GenerationFailed        502 upstream_error       (the generation broke mid-stream)
         ├── UpstreamUnavailable     503 upstream_unavailable (could not be reached)
         ├── UpstreamTimeout         504 upstream_timeout
+        ├── UpstreamOverloaded      529 overloaded           (it said it is overloaded)
         └── UpstreamRejected        its 4xx, upstream_error  (it refused the request)
+            └── UpstreamRateLimited 429 rate_limit_exceeded  (its own rate limit)
 
 Every error carries the HTTP status, the envelope's ``type`` and ``code`` and, where one field
 is to blame, its ``param``. The status, type and code of a class are fixed; only
-`UpstreamRejected` and `HttpStatusError` take theirs from what was answered.
+`UpstreamRejected` and `HttpStatusError` take theirs from what was answered. An error that
+says when to come back carries `retry_after` (whole seconds), sent as `Retry-After`.
 
 An error is rendered in one of three envelopes (`envelope`): the OpenAI one every route uses
 (PRODUCT.md decision 3), Arkor's flat one of the replay route, and Anthropic's on the Messages
@@ -52,6 +56,7 @@ class MortarError(Exception):
     status = 500
     type = "server_error"
     code = "internal_error"
+    retry_after: int | None = None
 
     def __init__(
         self,
@@ -169,6 +174,18 @@ class RequestTooLarge(MortarError):
     code = "request_too_large"
 
 
+class RateLimitExceeded(MortarError):
+    """Over an organization's or a key's requests or tokens per minute (issue 14)."""
+
+    status = 429
+    type = "rate_limit_error"
+    code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, *, retry_after: int):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class HttpStatusError(MortarError):
     """A status Django or ninja answered with by themselves (never one Mortar raises)."""
 
@@ -206,6 +223,14 @@ class UpstreamTimeout(UpstreamError):
     code = "upstream_timeout"
 
 
+class UpstreamOverloaded(UpstreamError):
+    """A model server's 529, or an error it calls "overloaded": another replica may be tried."""
+
+    status = 529
+    type = "overloaded_error"
+    code = "overloaded"
+
+
 class UpstreamRejected(UpstreamError):
     """A model server's 4xx: its status and message, in Mortar's envelope; never retried."""
 
@@ -214,6 +239,17 @@ class UpstreamRejected(UpstreamError):
     def __init__(self, message: str, *, status: int):
         super().__init__(message)
         self.status = status
+
+
+class UpstreamRateLimited(UpstreamRejected):
+    """A model server's 429, with its `Retry-After` (when it sent one) passed on."""
+
+    type = "rate_limit_error"
+    code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, *, retry_after: int | None):
+        super().__init__(message, status=429)
+        self.retry_after = retry_after
 
 
 def error_for_status(status: int, message: str) -> MortarError:

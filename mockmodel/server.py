@@ -14,6 +14,7 @@ the text parts of content parts, as beside an image), e.g.
     fault       none | hang | error500 | error400 | status | drop | runon | garbage |
                 garbage_late | reset
     status      the HTTP status `fault=status` answers with (an OpenAI-style error body)
+    retry_after the `Retry-After` seconds `fault=status` sends with it (0: no header)
     chunks      content tokens to send (capped by max_tokens, except for fault=runon)
     delay_ms    pause between chunks;   first_delay_ms   pause before the response starts
     reasoning   reasoning tokens before the content (sent as `reasoning_content`); none when
@@ -49,6 +50,7 @@ DEFAULTS: dict[str, Any] = {
     "cached": 0,
     "usage": 1,
     "status": 500,
+    "retry_after": 0,
 }
 RUNON_SAFETY_LIMIT = 100_000
 
@@ -163,6 +165,9 @@ class MockModel:
                     "code": settings["status"],
                 },
                 status=settings["status"],
+                headers={"Retry-After": str(settings["retry_after"])}
+                if settings["retry_after"]
+                else None,
             )
 
         completion = Completion(body, settings)

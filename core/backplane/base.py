@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
+
+from core.ratelimits import Bucket, Verdict
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +114,17 @@ class Backplane(ABC):
     @abstractmethod
     async def delete_if_equal(self, key: str, value: bytes) -> bool:
         """Delete the key if it still holds `value` (a claim released by its holder only)."""
+
+    # --- rate limits (GCRA buckets, `core/ratelimits.py`)
+
+    @abstractmethod
+    async def rate_admit(self, buckets: Sequence[Bucket]) -> Verdict | None:
+        """Take each bucket's cost if every one has room, atomically across the workers that
+        share this backplane; None when the limiter cannot be reached (the caller admits)."""
+
+    @abstractmethod
+    def rate_count(self, buckets: Sequence[Bucket]) -> None:
+        """Add each bucket's cost (negative gives back) without asking and without waiting."""
 
     # --- streams, and writes nobody waits for
 

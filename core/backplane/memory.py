@@ -10,16 +10,23 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from channels.layers import InMemoryChannelLayer
 
 from core.backplane.base import NO_ENTRY, Backplane, Stream
 from core.ids import new_hex_id
+from core.ratelimits import Bucket, GcraBuckets, Verdict
 
 SWEEP_SECONDS = 10.0  # how often expired keys and reply lists are looked for
+
+# The rate limiter is the process's, not the event loop's: every loop of the one process (the
+# server's, and those sync code starts) counts against the same buckets.
+_rate_buckets = GcraBuckets()
+_rate_lock = threading.Lock()
 
 
 def entry_position(entry_id: str) -> tuple[int, int]:
@@ -219,6 +226,16 @@ class MemoryBackplane(Backplane):
         if isinstance(layer, InMemoryChannelLayer) and not layer.groups.get(group):
             return
         then()
+
+    # --- rate limits
+
+    async def rate_admit(self, buckets: Sequence[Bucket]) -> Verdict:
+        with _rate_lock:
+            return _rate_buckets.admit(buckets, time.monotonic() * 1000)
+
+    def rate_count(self, buckets: Sequence[Bucket]) -> None:
+        with _rate_lock:
+            _rate_buckets.count(buckets, time.monotonic() * 1000)
 
     async def ping(self) -> None:
         return None

@@ -11,9 +11,13 @@ Three connections per event loop, each for what it does best:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import hashlib
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
+import hiredis
 import redis
 import redis.asyncio as redis_async
 
@@ -21,14 +25,24 @@ from core.backplane.base import NO_ENTRY, Backplane, Stream
 from core.backplane.broadcast import BroadcastListener
 from core.backplane.pipelined import PipelinedConnection, pack
 from core.ids import new_hex_id
+from core.ratelimits import Bucket, BucketState, Verdict
+
+logger = logging.getLogger(__name__)
 
 PING_SECONDS = 2.0
+# GCRA over a request's buckets, atomic in Redis (`ratelimit.lua`); sent by its SHA1, and once
+# in full when Redis does not know it yet (after a restart or SCRIPT FLUSH).
+RATE_LIMIT_SCRIPT = (Path(__file__).parent / "ratelimit.lua").read_bytes()
+RATE_LIMIT_SHA = hashlib.sha1(RATE_LIMIT_SCRIPT).hexdigest().encode()
 DELETE_IF_EQUAL = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
     return redis.call('DEL', KEYS[1])
 end
 return 0
 """
+
+
+redis_reply_error = hiredis.ReplyError
 
 
 def _bytes(value: bytes | str) -> bytes:
@@ -145,6 +159,50 @@ class RedisBackplane(Backplane):
 
     async def delete_if_equal(self, key: str, value: bytes) -> bool:
         return bool(await self._client.eval(DELETE_IF_EQUAL, 1, self._key(key), value))
+
+    # --- rate limits: on the pipelined connection, one packed EVALSHA per request (redis-py
+    # would cost more CPU than the script itself)
+
+    def _rate_args(self, mode: bytes, buckets: Sequence[Bucket]) -> list[bytes | str | int]:
+        args: list[bytes | str | int] = [len(buckets)]
+        args.extend(self._key(f"ratelimit:{bucket.name}") for bucket in buckets)
+        args.append(mode)
+        for bucket in buckets:
+            args.extend((bucket.limit, bucket.cost))
+        return args
+
+    async def rate_admit(self, buckets: Sequence[Bucket]) -> Verdict | None:
+        args = self._rate_args(b"admit", buckets)
+        try:
+            try:
+                reply = await self._pipelined.call(pack(b"EVALSHA", RATE_LIMIT_SHA, *args))
+            except redis_reply_error as error:
+                if not str(error).startswith("NOSCRIPT"):
+                    raise
+                reply = await self._pipelined.call(pack(b"EVAL", RATE_LIMIT_SCRIPT, *args))
+        except (ConnectionError, TimeoutError, redis_reply_error) as error:
+            logger.warning("redis: the rate limiter did not answer (%s); admitting", error)
+            return None
+        admitted, retry_after_ms, *states = reply
+        return Verdict(
+            admitted=admitted == 1,
+            retry_after_ms=retry_after_ms,
+            states=tuple(
+                BucketState(limit=bucket.limit, remaining=states[2 * i], reset_ms=states[2 * i + 1])
+                for i, bucket in enumerate(buckets)
+            ),
+        )
+
+    def rate_count(self, buckets: Sequence[Bucket]) -> None:
+        args = self._rate_args(b"count", buckets)
+
+        def counted(reply: Any) -> None:
+            if isinstance(reply, redis_reply_error) and str(reply).startswith("NOSCRIPT"):
+                self._pipelined.send_packed(pack(b"EVAL", RATE_LIMIT_SCRIPT, *args))
+            elif isinstance(reply, Exception):
+                logger.warning("redis: usage not counted against rate limits: %s", reply)
+
+        self._pipelined.send_packed(pack(b"EVALSHA", RATE_LIMIT_SHA, *args), counted)
 
     # --- streams and writes nobody waits for
 

@@ -18,7 +18,10 @@ def error_response(
     *,
     style: Envelope | None = None,
 ) -> HttpResponse:
-    """The error in its envelope, with its status (PRODUCT.md decision 3)."""
+    """The error in its envelope, with its status (PRODUCT.md decision 3), and `Retry-After`
+    when it says when to come back."""
+    if error.retry_after is not None:
+        headers = {**(headers or {}), "Retry-After": str(error.retry_after)}
     return HttpResponse(
         orjson.dumps(envelope(error, style)),
         status=error.status,

@@ -2,7 +2,7 @@
 
     authenticate (the operation's auth) → accept → read body → validate → resolve model →
     images (a model with vision) → session → tool selector → prompt optimizer → count tokens,
-    plan the output cap → hold on the budgets → dedupe →
+    plan the output cap → rate limits → hold on the budgets → dedupe →
     generate (scripted, or forward to the session's replica) → relay chunks → record
 
 One pipeline for both API surfaces: `chat_completion` (OpenAI's chat completions) and
@@ -33,6 +33,7 @@ from gateway.pipeline.accept import accept, body_within_limit, read_body, run_re
 from gateway.pipeline.budget import hold_budget, release_budget
 from gateway.pipeline.finish import refuse, share
 from gateway.pipeline.generate import generate
+from gateway.pipeline.limits import rate_limits_check
 from gateway.pipeline.plan import Plan, plan, plan_prompt, resolve
 from gateway.pipeline.surface import CHAT_COMPLETIONS, MESSAGES, Surface
 
@@ -58,6 +59,7 @@ async def complete(
     try:
         body = read_body(request, recorder)
         await plan(request, body, organization, recorder, decided)
+        await rate_limits_check(key=key, decided=decided)
         await hold_budget(key, recorder, decided)
         claim = None
         if decided.dedupe is not None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from django.conf import settings
 from django.http import HttpResponse
 
@@ -16,6 +18,7 @@ from gateway.models import Deployment
 from gateway.pipeline.accept import Accepted
 from gateway.pipeline.budget import release_budget
 from gateway.pipeline.finish import refuse
+from gateway.pipeline.limits import count_usage
 from gateway.pipeline.plan import Plan
 from gateway.pipeline.surface import RenderingFor
 from gateway.relay.json import json_response
@@ -115,6 +118,9 @@ async def generate(
         ping_interval=ping_interval,
         stop=stop,
         release=release,
+        on_usage=functools.partial(count_usage, plan.rate_limits, plan.prompt_tokens)
+        if plan.rate_limits is not None
+        else None,
     )
     if plan.stream:
         return streaming_response(relay)

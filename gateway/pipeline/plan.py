@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from accounts.models import Organization
 from core.errors import ContextLengthExceeded
@@ -31,6 +32,9 @@ from gateway.tokens import TokenCounter, default_counter
 from gateway.tool_selector import ToolSelection, select_named_tool
 from telemetry.recording import RunRecorder
 from telemetry.records import ImageRecord
+
+if TYPE_CHECKING:
+    from gateway.pipeline.limits import Limited
 
 # Counting takes ~1 ms per 40 KB of text; above this a prompt is counted off the event loop.
 COUNT_IN_THREAD_BYTES = 256 * 1024
@@ -112,6 +116,8 @@ class Plan:
     dedupe: DedupeRequest | None = None
     # The hold on the request's budgets (gateway/pipeline/budget.py), None when none applies.
     budget: HeldBudget | None = None
+    # The rate limits checked (`limits.py`), for the headers.
+    rate_limits: Limited | None = None
     # Decided after planning: the replica that answers, and this request's dedupe role.
     replica: str | None = None
     dedupe_role: str | None = None
@@ -119,7 +125,8 @@ class Plan:
     answered_by: str | None = None
 
     def headers(self) -> dict[str, str]:
-        """The response's `X-Mortar-*` headers, from what was decided."""
+        """The response's `X-Mortar-*` headers, and `x-ratelimit-*` for a request with rate
+        limits, from what was decided."""
         headers = {
             "X-Mortar-Request-Id": self.answered_by or self.run_id,
             "X-Mortar-Run-Id": self.run_id,
@@ -137,6 +144,8 @@ class Plan:
             headers["X-Mortar-Dedupe"] = self.dedupe_role
         if self.replica:
             headers["X-Mortar-Upstream"] = self.replica
+        if self.rate_limits is not None:
+            headers.update(self.rate_limits.headers())
         return headers
 
 

@@ -42,6 +42,8 @@ class Relay:
     # Seconds of upstream silence before a ping (spec: every 10 s when the deployment
     # forwards to a model server); None for the scripted model.
     ping_interval: float | None = None
+    # Told the usage once, when the run closes (the rate limits count it).
+    on_usage: Callable[[dict[str, Any]], None] | None = None
 
     def usage(self) -> tuple[dict[str, Any], str]:
         """The usage to report and its source: the model server's own counts when it sent
@@ -67,6 +69,9 @@ class Relay:
     ) -> None:
         """Record the run's end with its usage and what that usage cost."""
         usage, source = self.usage()
+        if self.on_usage is not None:
+            on_usage, self.on_usage = self.on_usage, None
+            on_usage(usage)
         cost = usage_cost(usage, self.prices)
         outcome: RunOutcome = {
             "http_status": http_status,

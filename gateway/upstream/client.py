@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import http.cookiejar
+import math
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ from httpx_aiohttp import AiohttpTransport
 
 from core.errors import (
     UpstreamError,
+    UpstreamOverloaded,
+    UpstreamRateLimited,
     UpstreamRejected,
     UpstreamTimeout,
     UpstreamUnavailable,
@@ -171,10 +174,32 @@ async def open_stream(config: ReplicaConfig, body: bytes) -> UpstreamStream:
             detail = await _read_error(response)
         finally:
             await response.aclose()
-        if response.status_code < 500:
-            raise UpstreamRejected(detail, status=response.status_code)
-        raise UpstreamError(f"The model server failed ({response.status_code}): {detail}")
+        raise _status_failure(response, detail)
     return UpstreamStream(response)
+
+
+def _status_failure(response: httpx.Response, detail: str) -> UpstreamError:
+    """A model server's error status as Mortar's error: its own rate limit (with its
+    `Retry-After`), overloaded, a refusal of the request, or a failure."""
+    status = response.status_code
+    if status == 429:
+        return UpstreamRateLimited(
+            f"The model server is rate limiting: {detail}",
+            retry_after=_retry_after(response.headers.get("Retry-After")),
+        )
+    if status == 529 or (status >= 500 and "overloaded" in detail.lower()):
+        return UpstreamOverloaded(f"The model server is overloaded ({status}): {detail}")
+    if status < 500:
+        return UpstreamRejected(detail, status=status)
+    return UpstreamError(f"The model server failed ({status}): {detail}")
+
+
+def _retry_after(value: str | None) -> int | None:
+    """`Retry-After` in whole seconds (at least 1), or None when absent or an HTTP date."""
+    try:
+        return max(math.ceil(float(value or "")), 1)
+    except (ValueError, OverflowError):
+        return None
 
 
 def _send_failure(exc: httpx.TransportError, base_url: str) -> UpstreamError:

@@ -1,0 +1,120 @@
+"""Rate limits (issue 14): a request must fit its organization's and its key's requests and
+tokens per minute, checked after its prompt is counted and before dedupe and generation.
+
+The check takes one request and the prompt's tokens from every limit that is set, all or none
+(`Backplane.rate_admit`: one Lua script in Redis across every worker, or the process's own
+limiter in the embedded mode); when the request ends its real usage is counted
+(`count_usage`: the completion, and the model server's prompt count where it differs).
+Over a limit → 429 `rate_limit_exceeded` with `Retry-After`; the `x-ratelimit-*` headers go on
+every response of a limited request, refused or not, rendered from the `Plan`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from accounts.models import ApiKey, Organization
+from core.backplane import backplane
+from core.errors import RateLimitExceeded
+from core.ratelimits import Bucket, BucketState, Verdict, reset_duration
+from gateway.pipeline.plan import Plan
+
+
+@dataclass(frozen=True)
+class Limited:
+    """What the check decided: the buckets the request was checked against and where they
+    stand, for the headers and for counting the usage when the request ends."""
+
+    buckets: tuple[Bucket, ...]
+    verdict: Verdict
+
+    def headers(self) -> dict[str, str]:
+        """OpenAI's `x-ratelimit-*` headers, for requests and for tokens: of the organization's
+        and the key's limits, the one with the least left."""
+        headers: dict[str, str] = {}
+        for unit in ("requests", "tokens"):
+            states = [
+                state
+                for bucket, state in zip(self.buckets, self.verdict.states, strict=True)
+                if bucket.name.endswith(unit)
+            ]
+            if not states:
+                continue
+            tightest = min(states, key=lambda state: (state.remaining, -state.reset_ms))
+            headers[f"x-ratelimit-limit-{unit}"] = str(tightest.limit)
+            headers[f"x-ratelimit-remaining-{unit}"] = str(tightest.remaining)
+            headers[f"x-ratelimit-reset-{unit}"] = reset_duration(tightest.reset_ms)
+        return headers
+
+    def token_buckets(self, tokens: int) -> list[Bucket]:
+        return [
+            Bucket(bucket.name, bucket.limit, tokens)
+            for bucket in self.buckets
+            if bucket.name.endswith("tokens")
+        ]
+
+
+def _buckets(owner: str, limits: Organization | ApiKey, prompt_tokens: int) -> list[Bucket]:
+    buckets = []
+    if limits.requests_per_minute:
+        buckets.append(Bucket(f"{owner}:requests", limits.requests_per_minute, 1))
+    if limits.tokens_per_minute:
+        buckets.append(Bucket(f"{owner}:tokens", limits.tokens_per_minute, prompt_tokens))
+    return buckets
+
+
+async def rate_limits_check(*, key: ApiKey, decided: Plan) -> None:
+    """Take this request from its organization's and key's limits into `decided.rate_limits`
+    (for the headers, refused or not), or raise `RateLimitExceeded` when one has no room.
+    Nothing is decided when no limit is set, or when the limiter cannot be reached: requests
+    are admitted then rather than all refused."""
+    organization = key.organization
+    buckets = (
+        *_buckets(f"org:{organization.id}", organization, decided.prompt_tokens),
+        *_buckets(f"key:{key.id}", key, decided.prompt_tokens),
+    )
+    if not buckets:
+        return
+    verdict = await backplane().rate_admit(buckets)
+    if verdict is None:
+        return
+    limited = decided.rate_limits = Limited(buckets=buckets, verdict=verdict)
+    if not verdict.admitted:
+        retry_after = max(math.ceil(verdict.retry_after_ms / 1000), 1)
+        raise RateLimitExceeded(
+            f"Rate limit reached for {_which(limited)}. Try again in {retry_after} s.",
+            retry_after=retry_after,
+        )
+
+
+def _which(limited: Limited) -> str:
+    """The limits without room, in words: "requests per minute on the key (limit 2)"."""
+    full = [
+        bucket
+        for bucket, state in zip(limited.buckets, limited.verdict.states, strict=True)
+        if _lacks_room(bucket, state)
+    ]
+    names = [
+        f"{bucket.name.rsplit(':', 1)[1]} per minute on the "
+        f"{'organization' if bucket.name.startswith('org:') else 'key'} (limit {bucket.limit})"
+        for bucket in full
+    ]
+    return " and ".join(names) or "this key"
+
+
+def _lacks_room(bucket: Bucket, state: BucketState) -> bool:
+    return state.remaining < min(bucket.cost, bucket.limit)
+
+
+def count_usage(limited: Limited, counted_prompt: int, usage: dict[str, Any]) -> None:
+    """Count a finished request's real usage against its token limits: the completion, and
+    the difference between the model server's prompt count and the one admitted."""
+    prompt = usage.get("prompt_tokens")
+    completion = usage.get("completion_tokens")
+    extra = (prompt if isinstance(prompt, int) else counted_prompt) - counted_prompt
+    extra += completion if isinstance(completion, int) else 0
+    buckets = limited.token_buckets(extra)
+    if buckets and extra:
+        backplane().rate_count(buckets)
