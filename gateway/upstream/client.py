@@ -174,11 +174,11 @@ async def open_stream(config: ReplicaConfig, body: bytes) -> UpstreamStream:
             detail = await _read_error(response)
         finally:
             await response.aclose()
-        raise _status_failure(response, detail)
+        raise error_for_upstream_status(response, detail)
     return UpstreamStream(response)
 
 
-def _status_failure(response: httpx.Response, detail: str) -> UpstreamError:
+def error_for_upstream_status(response: httpx.Response, detail: str) -> UpstreamError:
     """A model server's error status as Mortar's error: its own rate limit (with its
     `Retry-After`), overloaded, a refusal of the request, or a failure."""
     status = response.status_code

@@ -11,6 +11,7 @@ import httpx
 import orjson
 import pytest
 
+from gateway.upstream.client import error_for_upstream_status
 from tests.conftest import CliTenant, manage, stored_bytes, wait_for_run
 from tests.support.servers import ServerProcess
 from tests.support.telemetry import Subscriber
@@ -247,3 +248,27 @@ def test_a_model_server_s_429_without_retry_after_sends_none(
     )
     assert response.status_code == 429
     assert "Retry-After" not in response.headers
+
+
+HTTP_DATE = "Wed, 21 Oct 2026 07:28:00 GMT"  # a Retry-After Mortar does not pass on
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "message", "expected"),
+    [
+        (429, {"Retry-After": "7"}, "slow down", (429, "rate_limit_exceeded", 7)),
+        (429, {"Retry-After": "0.2"}, "slow down", (429, "rate_limit_exceeded", 1)),
+        (429, {"Retry-After": HTTP_DATE}, "slow down", (429, "rate_limit_exceeded", None)),
+        (529, {}, "busy", (529, "overloaded", None)),
+        (503, {}, "Engine overloaded, try later", (529, "overloaded", None)),
+        (503, {}, "down for maintenance", (502, "upstream_error", None)),
+        (400, {}, "bad top_k", (400, "upstream_error", None)),
+    ],
+    ids=["seconds", "fraction", "http-date", "529", "503-overloaded", "503", "400"],
+)  # fmt: skip
+def test_a_model_server_s_status_maps_to_mortar_s_error(
+    status: int, headers: dict[str, str], message: str, expected: tuple
+) -> None:
+    response = httpx.Response(status, headers=headers)
+    error = error_for_upstream_status(response, message)
+    assert (error.status, error.code, error.retry_after) == expected
