@@ -22,6 +22,8 @@ pytestmark = pytest.mark.django_db
 
 NOW = datetime(2026, 12, 31, 23, 59, tzinfo=UTC)
 # Awkward prices: $3.7 per million input tokens, $11.3 per million output tokens.
+# No real key's id: other tests commit ledger rows of their keys.
+KEY_ID = 10**12
 PRICES = Prices(input=Decimal("3.7"), output=Decimal("11.3"))
 
 
@@ -38,11 +40,11 @@ def hold(run_id: str, budget: Budget, *, prompt: int = 1000, cap: int = 4096) ->
 
 
 def spend() -> BudgetSpend:
-    return BudgetSpend.objects.get(owner="key", owner_id=7)
+    return BudgetSpend.objects.get(owner="key", owner_id=KEY_ID)
 
 
 def test_a_hold_that_fits_keeps_the_cap_and_holds_the_prompt_and_the_whole_cap() -> None:
-    budget = Budget("key", 7, Decimal("1"), "month")
+    budget = Budget("key", KEY_ID, Decimal("1"), "month")
     assert hold("run-1", budget) == 4096
 
     row = spend()
@@ -52,7 +54,7 @@ def test_a_hold_that_fits_keeps_the_cap_and_holds_the_prompt_and_the_whole_cap()
 
 
 def test_the_cap_is_lowered_to_exactly_what_is_left() -> None:
-    budget = Budget("key", 7, Decimal("0.040000"), "month")
+    budget = Budget("key", KEY_ID, Decimal("0.040000"), "month")
     cap = hold("run-1", budget)
 
     prompt_usd = Decimal("0.0037")
@@ -64,17 +66,19 @@ def test_the_cap_is_lowered_to_exactly_what_is_left() -> None:
 
 
 def test_a_budget_that_cannot_pay_the_prompt_and_one_token_refuses_and_holds_nothing() -> None:
-    budget = Budget("key", 7, Decimal("0.003711"), "total")  # the prompt + one token is 0.0037113
+    budget = Budget(
+        "key", KEY_ID, Decimal("0.003711"), "total"
+    )  # the prompt + one token is 0.0037113
     with pytest.raises(InsufficientQuota) as refused:
         hold("run-1", budget)
 
     assert (refused.value.status, refused.value.code) == (402, "insufficient_quota")
-    assert not BudgetHold.objects.exists()
-    assert BudgetSpend.objects.filter(held_usd__gt=0).count() == 0
+    assert not BudgetHold.objects.filter(run_id="run-1").exists()
+    assert not BudgetSpend.objects.filter(owner_id=KEY_ID, held_usd__gt=0).exists()
 
 
 def test_a_charge_is_the_cost_rounded_up_never_more_than_the_hold_and_counted_once() -> None:
-    budget = Budget("key", 7, Decimal("1"), "day")
+    budget = Budget("key", KEY_ID, Decimal("1"), "day")
     hold("run-1", budget, cap=10)  # holds 0.0037 + 0.000113 = 0.003813
     hold("run-2", budget, cap=10)
 
