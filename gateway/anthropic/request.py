@@ -36,11 +36,16 @@ from gateway.anthropic.examples import MESSAGES_REQUEST_EXAMPLES
 from gateway.contract.messages import STRICT, NonEmptyString
 
 # The same bounds as chat completions: the request becomes a chat request.
-from gateway.contract.request import MAX_MESSAGES, MAX_STOP_SEQUENCES, MAX_TOOLS
+from gateway.contract.request import (
+    MAX_MESSAGES,
+    MAX_STOP_SEQUENCES,
+    MAX_TOOLS,
+    TOOL_NAME,
+    ToolName,
+)
 
 # Anthropic's rule for a thinking budget: at least 1,024 tokens, and less than `max_tokens`.
 MIN_THINKING_BUDGET = 1024
-TOOL_NAME = r"^[A-Za-z0-9_-]{1,64}$"
 
 
 def _tag_of_type(kind: str) -> Any:
@@ -200,13 +205,7 @@ class ClientTool(TypedDict):
     """A function the model may call (client tools only: Mortar runs no server tools)."""
 
     type: NotRequired[Literal["custom"] | None]
-    name: Annotated[
-        str,
-        Field(
-            pattern=TOOL_NAME,
-            description="1 to 64 letters, digits, underscores or dashes, different for each tool.",
-        ),
-    ]
+    name: ToolName
     description: NotRequired[
         Annotated[str | None, Field(description="What the tool does, for the model.")]
     ]

@@ -39,6 +39,14 @@ MAX_MESSAGES = 512
 MAX_TOOLS = 128
 MAX_STOP_SEQUENCES = 16
 TOOL_NAME = r"^[A-Za-z0-9_-]{1,64}$"
+# A tool's name in a request's `tools`, on either API surface.
+ToolName = Annotated[
+    str,
+    Field(
+        pattern=TOOL_NAME,
+        description="1 to 64 letters, digits, underscores or dashes, different for each tool.",
+    ),
+]
 
 
 # Tools the model may call.
@@ -46,13 +54,7 @@ TOOL_NAME = r"^[A-Za-z0-9_-]{1,64}$"
 
 @with_config(STRICT)
 class FunctionDefinition(TypedDict):
-    name: Annotated[
-        str,
-        Field(
-            pattern=TOOL_NAME,
-            description="1 to 64 letters, digits, underscores or dashes, different for each tool.",
-        ),
-    ]
+    name: ToolName
     description: NotRequired[
         Annotated[str | None, Field(description="What the function does, for the model.")]
     ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import pytest
 import redis
@@ -21,34 +21,6 @@ from core.ids import new_hex_id
 
 PREFIX = f"{settings.REDIS_PREFIX}-backplane-test"  # no server process of the suite hears it
 REDIS_URL = settings.REDIS_URL or "redis://127.0.0.1:6379/0"
-
-KINDS = [
-    pytest.param("memory", id="memory"),
-    pytest.param("redis", id="redis", marks=pytest.mark.redis),
-]
-
-
-@pytest.fixture(params=KINDS)
-async def make_plane(request: pytest.FixtureRequest) -> AsyncIterator[Callable[[], Backplane]]:
-    """Makes backplanes of one kind, as worker processes would each have one; closes them."""
-    made: list[Backplane] = []
-
-    def make() -> Backplane:
-        plane: Backplane = (
-            MemoryBackplane() if request.param == "memory" else RedisBackplane(REDIS_URL, PREFIX)
-        )
-        made.append(plane)
-        return plane
-
-    yield make
-    for plane in made:
-        await plane.close()
-    if request.param == "redis":
-        client = redis.Redis.from_url(REDIS_URL)
-        stale = list(client.scan_iter(match=f"{PREFIX}:*"))
-        if stale:
-            client.delete(*stale)
-        client.close()
 
 
 @pytest.fixture

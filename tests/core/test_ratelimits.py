@@ -3,14 +3,13 @@ the memory one (the embedded mode's, this process) and Redis's Lua script (every
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import pytest
 import redis
 from django.conf import settings
 
 from core.backplane import Backplane
-from core.backplane.memory import MemoryBackplane
 from core.backplane.redis import RATE_LIMIT_SHA, RedisBackplane
 from core.ids import new_hex_id
 from core.ratelimits import Bucket, BucketState, GcraBuckets, reset_duration
@@ -84,33 +83,6 @@ def test_reset_is_in_openais_duration_format(ms: int, text: str) -> None:
 
 
 # --- on both backplanes
-
-KINDS = [
-    pytest.param("memory", id="memory"),
-    pytest.param("redis", id="redis", marks=pytest.mark.redis),
-]
-
-
-@pytest.fixture(params=KINDS)
-async def make_plane(request: pytest.FixtureRequest) -> AsyncIterator[Callable[[], Backplane]]:
-    made: list[Backplane] = []
-
-    def make() -> Backplane:
-        plane: Backplane = (
-            MemoryBackplane() if request.param == "memory" else RedisBackplane(REDIS_URL, PREFIX)
-        )
-        made.append(plane)
-        return plane
-
-    yield make
-    for plane in made:
-        await plane.close()
-    if request.param == "redis":
-        client = redis.Redis.from_url(REDIS_URL)
-        stale = list(client.scan_iter(match=f"{PREFIX}:*"))
-        if stale:
-            client.delete(*stale)
-        client.close()
 
 
 async def test_two_workers_share_one_limit(make_plane: Callable[[], Backplane]) -> None:
