@@ -14,7 +14,10 @@ Loads: a non-streaming request and a 20-chunk stream, each at one connection and
 on timing, so those counts move by a few percent between runs; at one connection they repeat to
 within a fraction of a percent.
 
-    .venv/bin/python bench/instructions_bench.py [--baseline REF] [--requests N]
+    .venv/bin/python bench/instructions_bench.py [--baseline REF | --unmetered] [--requests N]
+
+(`--unmetered`: beside the working tree's Mortar, whose model has prices and whose organization
+and key have budgets and rate limits, the same tree without them — what the checks cost.)
 
 Writes bench/results/instructions.md and .json. Takes about 10 minutes (valgrind runs Python
 some 50 times slower).
@@ -174,6 +177,11 @@ def render(results: dict[str, dict[str, float]], names: list[str], requests: int
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline", metavar="REF", help="also count Mortar at this revision")
+    parser.add_argument(
+        "--unmetered",
+        action="store_true",
+        help="instead of a baseline: the working tree without prices, budgets or rate limits",
+    )
     parser.add_argument("--requests", type=int, default=320, help="per load (default 320)")
     args = parser.parse_args()
     RESULTS.mkdir(exist_ok=True)
@@ -194,7 +202,7 @@ def main() -> None:
             bench = start_everything(
                 processes,
                 Path(tmp),
-                mortars=mortar_sources(baseline),
+                mortars=mortar_sources(baseline, unmetered=args.unmetered),
                 litellm=False,
                 launcher=under_callgrind,
                 startup_timeout=600,

@@ -1,28 +1,27 @@
 """Budgets on the request path (issue 14): hold before generation, charge when the run ends.
 
 The ledger itself is `telemetry.services.budgets`; this module decides which budgets a request
-must fit (its organization's and its key's), takes the hold off the event loop, and settles it
-on a worker thread when the run closes. A settlement that never happens (the worker died) is
-not lost: the hold expires and `budget_holds_reconcile` charges it from the run's stored usage.
+must fit (its organization's and its key's) and takes the hold off the event loop. When the run
+closes, its charge is part of its outcome, and the run writer settles the hold in the commit
+that stores it. A settlement that never happens (the worker died) is not lost: the hold expires
+and `budget_holds_reconcile` charges it from the run's stored usage.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from accounts.models import ApiKey
-from core.db import database_read, drop_broken_connection
+from core.db import database_read
 from telemetry.costs import Prices
 from telemetry.models import BudgetSpend
 from telemetry.services.budgets import (
     Budget,
     Standing,
     budget_hold,
-    budget_hold_settle,
     budget_standing,
     charge_for,
     to_micro,
@@ -60,39 +59,19 @@ def costs_something(prices: Prices) -> bool:
 
 @dataclass
 class HeldBudget:
-    """A run's hold, settled once: the first charge counts, later ones are no-ops."""
+    """A run's hold, charged once: the first charge counts, later ones are no-ops."""
 
     run_id: str
     amount_usd: Decimal
     max_tokens: int
     charged_usd: Decimal | None = None
-    # The settlement in progress on a worker thread (nothing waits for it: a lost one is
-    # reconciled when the hold expires).
-    settling: asyncio.Future[Decimal | None] | None = field(default=None, repr=False)
 
     def charge(self, cost: Decimal) -> Decimal:
-        """Charge `cost` (capped at the hold) and release the rest, on a worker thread; return
-        what is charged (the run's `charged_usd`)."""
-        if self.charged_usd is not None:
-            return self.charged_usd
-        self.charged_usd = charge_for(cost, self.amount_usd)
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # not on an event loop: this thread may use the database
-            _settle(self.run_id, cost)
-            return self.charged_usd
-        self.settling = loop.run_in_executor(None, _settle, self.run_id, cost)
+        """What the run is charged for `cost` (capped at the hold): its `charged_usd`, which
+        the run writer settles on its budgets when it stores the run's outcome."""
+        if self.charged_usd is None:
+            self.charged_usd = charge_for(cost, self.amount_usd)
         return self.charged_usd
-
-
-def _settle(run_id: str, cost: Decimal) -> Decimal | None:
-    drop_broken_connection()
-    try:
-        return budget_hold_settle(run_id=run_id, cost=cost)
-    except Exception:
-        # The hold stays and expires; the reconciliation charges it from the stored run.
-        logger.exception("budget: settling the hold of %s failed; it will be reconciled", run_id)
-        return None
 
 
 async def hold_for(

@@ -47,6 +47,7 @@ from telemetry import postgres_writes
 from telemetry.images import RunImages, fields_with_references, hashed, run_images_write
 from telemetry.models import Run, RunChunk
 from telemetry.records import ImageRecord, RunFields
+from telemetry.services.budgets import budget_holds_settle
 from telemetry.spool import Row, Spool
 
 logger = logging.getLogger(__name__)
@@ -196,6 +197,15 @@ def write_batch(items: Sequence[WriterItem], *, replay: bool = False) -> None:
                 Run.objects.filter(pk=run_id).update(**_cut_to_fit(_text_safe(fields)))
         if images:  # after their runs, whose rows they point at
             run_images_write(images)
+        # A run's charge reaches its budgets with its outcome, in one commit (issue 14).
+        budget_holds_settle(
+            [
+                (run_id, charged)
+                for rows in (new_runs, updates)
+                for run_id, fields in rows.items()
+                if (charged := fields.get("charged_usd")) is not None
+            ]
+        )
 
 
 def database_reachable() -> bool:

@@ -64,6 +64,20 @@ def test_the_docs_assets_are_served(mortar_server: ServerProcess) -> None:
             assert response.headers["content-type"].startswith("text/css")
 
 
+def assert_spend_control_answers(answers: dict[str, Any]) -> None:
+    """402, 429 and 529 are declared, and the rate-limit headers with the 429 and the 200."""
+    rate_limit_headers = {
+        f"x-ratelimit-{part}-{kind}"
+        for part in ("limit", "remaining", "reset")
+        for kind in ("requests", "tokens")
+    }
+    assert "insufficient_quota" in answers["402"]["description"]
+    assert {"Retry-After", *rate_limit_headers} <= set(answers["429"]["headers"])
+    assert answers["429"]["headers"]["Retry-After"]["schema"]["minimum"] == 1
+    assert rate_limit_headers <= set(answers["200"]["headers"])
+    assert "overloaded" in answers["529"]["description"]
+
+
 def test_chat_completions_declares_its_body_and_answers(document: dict[str, Any]) -> None:
     operation = operations(document)["create_chat_completion"]
 
@@ -76,7 +90,10 @@ def test_chat_completions_declares_its_body_and_answers(document: dict[str, Any]
         request["properties"]
     )
     answers = operation["responses"]
-    assert set(answers) == {"200", "400", "401", "402", "404", "409", "413", "502", "503", "504"}
+    assert set(answers) == {
+        *("200", "400", "401", "402", "404", "409", "413", "429", "502", "503", "504", "529")
+    }
+    assert_spend_control_answers(answers)
     assert answers["200"]["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/ChatCompletion"
     }
@@ -84,7 +101,7 @@ def test_chat_completions_declares_its_body_and_answers(document: dict[str, Any]
     assert stream["properties"]["data"]["anyOf"][0]["contentSchema"]["anyOf"][0] == {
         "$ref": "#/components/schemas/ChatCompletionChunk"
     }
-    for status in ("400", "401", "404", "413", "502"):
+    for status in ("400", "401", "402", "404", "413", "429", "502", "529"):
         assert answers[status]["content"]["application/json"]["schema"] == {
             "$ref": "#/components/schemas/ErrorEnvelope"
         }
@@ -104,14 +121,17 @@ def test_messages_declares_its_body_and_answers_in_anthropics_envelope(
         request["properties"]
     )
     answers = operation["responses"]
-    assert set(answers) == {"200", "400", "401", "402", "404", "409", "413", "502", "503", "504"}
+    assert set(answers) == {
+        *("200", "400", "401", "402", "404", "409", "413", "429", "502", "503", "504", "529")
+    }
+    assert_spend_control_answers(answers)
     assert answers["200"]["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/Message"
     }
     assert "request-id" in answers["200"]["headers"]
     stream = answers["200"]["content"]["text/event-stream"]["schema"]
     assert stream["required"] == ["event", "data"]
-    for status in ("400", "401", "402", "404", "413", "502", "503", "504"):
+    for status in ("400", "401", "402", "404", "413", "429", "502", "503", "504", "529"):
         assert answers[status]["content"]["application/json"]["schema"] == {
             "$ref": "#/components/schemas/AnthropicErrorEnvelope"
         }

@@ -28,6 +28,11 @@ class Baseline:
     def target_name(self) -> str:
         return f"mortar@{self.short}"
 
+    @property
+    def has_spend_control(self) -> bool:
+        """Whether this revision has budgets and rate limits (issue 14) to configure."""
+        return (self.source / "gateway" / "pipeline" / "limits.py").exists()
+
 
 @contextlib.contextmanager
 def baseline_checked_out(ref: str, parent: Path) -> Iterator[Baseline]:

@@ -38,10 +38,11 @@ from .metrics import (
     cpu_table,
     medians,
     mortar_per_request,
+    spend_control_check,
     target_names,
     targets_check,
 )
-from .mortar import mortar_sources
+from .mortar import UNMETERED, mortar_sources
 from .processes import Processes
 from .profiling import profile_mortar
 from .report import machine_info, render
@@ -67,6 +68,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         dest="litellm",
         action="store_false",
         help="leave LiteLLM out (a shorter before/after run)",
+    )
+    parser.add_argument(
+        "--no-unmetered",
+        dest="unmetered",
+        action="store_false",
+        help=f"leave out {UNMETERED} (the working tree without prices, budgets or rate limits, "
+        "beside which the report prices the spend-control checks; never with --baseline)",
     )
     parser.add_argument(
         "--profile",
@@ -124,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
         tempfile.TemporaryDirectory(prefix="mortar-bench-") as tmp,
         _baseline(args.baseline, Path(tmp)) as baseline,
     ):
-        mortars = mortar_sources(baseline)
+        mortars = mortar_sources(baseline, unmetered=args.unmetered)
         try:
             bench = start_everything(processes, Path(tmp), mortars=mortars, litellm=args.litellm)
             for target in bench.targets.values():
@@ -153,7 +161,9 @@ def main(argv: list[str] | None = None) -> None:
                 }
                 for target in bench.mortars():
                     assert target.mortar is not None
-                    key = "recorded" if target.name == "mortar" else "recorded_baseline"
+                    key = {"mortar": "recorded", UNMETERED: "recorded_unmetered"}.get(
+                        target.name, "recorded_baseline"
+                    )
                     report[key] = recorded_counts(target.mortar.database_url)
                 print("\n" + write_report(summarize(report)))
             if args.profile or args.profile_only:
@@ -213,6 +223,11 @@ def summarize(report: dict[str, Any]) -> dict[str, Any]:
     if baseline:
         report["baseline_per_request"] = mortar_per_request(runs, baseline["target"])
         report["before_after"] = before_after_check(report["medians"], baseline["target"])
+    if UNMETERED in report["target_names"]:
+        report["unmetered_per_request"] = mortar_per_request(runs, UNMETERED)
+        report["spend_control"] = spend_control_check(
+            report["mortar_per_request"], report["unmetered_per_request"]
+        )
     report["unexplained_cores"] = statistics.median(
         [run["result"]["unexplained_cpu_s"] / run["result"]["wall_s"] for run in runs] or [0.0]
     )

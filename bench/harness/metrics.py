@@ -12,6 +12,7 @@ from .targets import ordered, target_kind
 
 TIMES = "\u00d7"  # the multiplication sign of ratios
 BEFORE_AFTER_TOLERANCE = 0.05  # issue 12: throughput and latency within 5% (or better)
+SPEND_CONTROL_BUDGET_MS = 0.15  # issue 14: budget and rate-limit checks, Mortar CPU per request
 SCENARIO_LABELS = {
     "json-32": "Non-streaming, 32 conns",
     "stream-32": "20-chunk streams, 32 conns",
@@ -327,3 +328,30 @@ def before_after_check(
 
 def _plain(value: float) -> str:
     return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def spend_control_check(
+    metered: dict[str, Any], unmetered: dict[str, Any]
+) -> list[tuple[str, str, str]]:
+    """Issue 14: what the budget and rate-limit checks add to a request — Mortar's CPU (the
+    budget: ≤ 0.15 ms), and beside it Postgres's and Redis's — from the working tree's Mortar
+    with everything configured and its unmetered twin, per scenario at 32 connections."""
+    checks = []
+    for scenario, label in (("json-32", "Non-streaming"), ("stream-32", "20-chunk stream")):
+        on, off = metered.get(scenario), unmetered.get(scenario)
+        if not on or not off:
+            checks.append((label, "not measured", ""))
+            continue
+        added = on["mortar_cpu_ms"] - off["mortar_cpu_ms"]
+        verdict = "met" if added <= SPEND_CONTROL_BUDGET_MS else "NOT met"
+        checks.append(
+            (
+                label,
+                verdict,
+                f"Mortar {added:+.3f} ms CPU ({off['mortar_cpu_ms']:.3f} → "
+                f"{on['mortar_cpu_ms']:.3f}; goal ≤ {SPEND_CONTROL_BUDGET_MS:g}); Postgres "
+                f"{on['postgres_cpu_ms'] - off['postgres_cpu_ms']:+.3f} ms, Redis "
+                f"{on['redis_cpu_ms'] - off['redis_cpu_ms']:+.3f} ms",
+            )
+        )
+    return checks

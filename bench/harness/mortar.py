@@ -20,25 +20,43 @@ from .stores import admin_database_url, database_url, recreate_database
 class MortarSource:
     """One Mortar to measure: the tree it runs from and what it gets of its own."""
 
-    name: str  # "mortar" (the working tree) or "mortar@<commit>"
+    name: str  # "mortar" (the working tree), "mortar@<commit>" or UNMETERED
     source: Path
     database: str
     redis_prefix: str
+    # Prices on the model, a budget and rate limits on the organization and on the key, all
+    # too large to refuse anything: every request takes the checks' whole path (issue 14).
+    spend_control: bool = True
 
 
-def mortar_sources(baseline: Baseline | None) -> list[MortarSource]:
-    """The working tree's Mortar, and the baseline's if there is one."""
-    sources = [MortarSource("mortar", ROOT, BENCH_DB, f"mortar-bench-{secrets.token_hex(4)}")]
+# The working tree again, without prices, budgets or rate limits: beside "mortar", what the
+# checks cost.
+UNMETERED = "mortar@unmetered"
+
+
+def mortar_sources(baseline: Baseline | None, *, unmetered: bool = False) -> list[MortarSource]:
+    """The working tree's Mortar, and the baseline's if there is one, or its unmetered twin."""
+    sources = [MortarSource("mortar", ROOT, BENCH_DB, _redis_prefix())]
     if baseline is not None:
         sources.append(
             MortarSource(
                 baseline.target_name,
                 baseline.source,
                 f"{BENCH_DB}_at_{baseline.short}",
-                f"mortar-bench-{secrets.token_hex(4)}",
+                _redis_prefix(),
+                # A revision from before issue 14 would refuse the configuration's keys.
+                spend_control=baseline.has_spend_control,
             )
         )
+    elif unmetered:
+        sources.append(
+            MortarSource(UNMETERED, ROOT, f"{BENCH_DB}_unmetered", _redis_prefix(), False)
+        )
     return sources
+
+
+def _redis_prefix() -> str:
+    return f"mortar-bench-{secrets.token_hex(4)}"
 
 
 @dataclass(frozen=True)
@@ -98,7 +116,44 @@ def mortar_prepare(
     setup = MortarSetup(mortar, "mk-bench-" + secrets.token_hex(16), env)
     _manage(setup, "migrate", "--noinput")
     config = files / "mortar-bench.yaml"
-    config.write_text(
+    config.write_text(bench_config(mock_url, spend_control=mortar.spend_control))
+    _manage(setup, "applyconfig", str(config))
+    _manage(
+        setup,
+        "createkey",
+        "bench",
+        "--name",
+        "bench",
+        "--secret",
+        setup.secret,
+        *(KEY_SPEND_CONTROL if mortar.spend_control else ()),
+    )
+    return setup
+
+
+# Limits no measurement reaches (a day at 2,000 requests/s is 0.2 billion requests; the key's
+# budget pays some 10 million requests at the prices below), so every request is checked,
+# held, charged and counted, and none is refused.
+KEY_SPEND_CONTROL = (
+    "--budget-usd",
+    "1000000",
+    "--budget-period",
+    "total",
+    "--rpm",
+    "1000000000",
+    "--tpm",
+    "2000000000",
+)
+
+
+def bench_config(mock_url: str, *, spend_control: bool) -> str:
+    """The applyconfig YAML: one deployment on the mock, the model, the organization."""
+    prices = "    prices: {input: 0.20, cached_input: 0.05, output: 0.60}\n"
+    organization = (
+        "    budget: {usd: 1000000, period: month}\n"
+        "    rate_limits: {requests_per_minute: 1000000000, tokens_per_minute: 2000000000}\n"
+    )
+    return (
         "deployments:\n"
         "  - name: bench-mock\n"
         f"    upstreams: ['{mock_url}']\n"
@@ -106,13 +161,9 @@ def mortar_prepare(
         "models:\n"
         f"  - id: {MODEL}\n"
         "    deployment: bench-mock\n"
-        "    context_window: 32768\n"
-        "organizations:\n"
-        "  - name: bench\n"
+        "    context_window: 32768\n" + (prices if spend_control else "") + "organizations:\n"
+        "  - name: bench\n" + (organization if spend_control else "")
     )
-    _manage(setup, "applyconfig", str(config))
-    _manage(setup, "createkey", "bench", "--name", "bench", "--secret", setup.secret)
-    return setup
 
 
 def pinned(setup: MortarSetup) -> list[str]:

@@ -13,6 +13,7 @@ from typing import Any
 
 from .constants import LITELLM_VENV, PYTHON, ROOT
 from .metrics import METRICS, TIMES, target_names
+from .mortar import UNMETERED
 
 NONE = "\u2013"  # an en dash: not measured
 
@@ -133,12 +134,19 @@ def render(report: dict[str, Any]) -> str:
             f"“After vs before” compares Mortar (the working tree) with {label(before)}.",
             "",
         ]
+    if UNMETERED in names:
+        lines += [
+            f"{label(UNMETERED)} is the working tree's Mortar without prices, budgets or rate "
+            "limits (see “Spend control” below); the comparisons are Mortar's.",
+            "",
+        ]
     lines += [
         f"{_and(gateways)}: one worker{' each' if len(gateways) > 1 else ''}, pinned to core 0 "
         "(`taskset -c 0`). The mock model "
         "server, wrk and the asyncio load client: core 1. Postgres and Redis are not pinned. "
         "Mortar runs with everything on: auth, validation, token counting, optimizer in shadow "
-        "mode, every chunk recorded in Postgres, telemetry events in Redis; uvicorn's access "
+        "mode, budgets and rate limits on its organization and key (never refusing), every chunk "
+        "recorded in Postgres, telemetry events in Redis; uvicorn's access "
         f"log {'on' if report.get('mortar_access_log', True) else 'off'}, as `make serve` ran "
         "it then." + (" LiteLLM as its CLI ships (access log on)." if litellm else ""),
         "",
@@ -179,6 +187,8 @@ def render(report: dict[str, Any]) -> str:
     per_request = [("Mortar", report.get("mortar_per_request", {}))]
     if before:
         per_request.append((label(before), report.get("baseline_per_request", {})))
+    if report.get("unmetered_per_request"):
+        per_request.append((label(UNMETERED), report["unmetered_per_request"]))
     for name, values_by_scenario in per_request:
         if values_by_scenario:
             lines += ["", f"{name}, per request (median over rounds):", ""]
@@ -203,9 +213,27 @@ def render(report: dict[str, Any]) -> str:
         ]
         for name, verdict, detail in report["before_after"]:
             lines.append(f"| {name} | {verdict} | {detail} |")
+    if report.get("spend_control"):
+        lines += [
+            "",
+            "## Spend control (issue 14: budget and rate-limit checks ≤ 0.15 ms CPU per request)",
+            "",
+            f"Mortar's model has prices, and its organization and key each a budget and "
+            f"request and token rate limits, too large to refuse anything: every request is "
+            f"checked, held, charged and counted. {label(UNMETERED)} is the same working tree "
+            "without prices, budgets or limits. Per request at 32 connections (median over "
+            "rounds):",
+            "",
+            "| Scenario | Verdict | Added by the checks |",
+            "| --- | --- | --- |",
+        ]
+        for name, verdict, detail in report["spend_control"]:
+            lines.append(f"| {name} | {verdict} | {detail} |")
     recorded = [("Mortar", report.get("recorded"))]
     if before:
         recorded.append((label(before), report.get("recorded_baseline")))
+    if report.get("recorded_unmetered"):
+        recorded.append((label(UNMETERED), report["recorded_unmetered"]))
     for name, counts in recorded:
         if counts:
             lines += [

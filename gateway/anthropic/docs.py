@@ -27,7 +27,12 @@ from gateway.anthropic.examples import (
 )
 from gateway.anthropic.request import CountTokensRequest, MessagesRequest
 from gateway.anthropic.response import Message, StreamEventData, TokenCount
-from gateway.contract.docs import CHAT_REQUEST_HEADERS, COMPLETION_HEADERS
+from gateway.contract.docs import (
+    CHAT_REQUEST_HEADERS,
+    COMPLETION_HEADERS,
+    RATE_LIMIT_HEADERS,
+    SPEND_CONTROL_DOCS,
+)
 
 STREAM_EVENT_NAMES = [
     "message_start",
@@ -61,7 +66,7 @@ MESSAGE_HEADERS = {
     },
 }
 
-_ERRORS = (400, 401, 402, 404, 409, 413, 502, 503, 504)
+_ERRORS = (400, 401, 402, 404, 409, 413, 429, 502, 503, 504, 529)
 MESSAGE_RESPONSES = {200: Message, **error_responses(*_ERRORS, style=Envelope.ANTHROPIC)}
 MESSAGE_DOCS: dict[str, Any] = {
     "parameters": [*CHAT_REQUEST_HEADERS, *ANTHROPIC_HEADERS],
@@ -75,7 +80,7 @@ MESSAGE_DOCS: dict[str, Any] = {
             "server-sent events — `message_start`, each content block's "
             "`content_block_start`, `content_block_delta`s and `content_block_stop`, then "
             "`message_delta` and `message_stop`; `ping` while the model server is quiet.",
-            "headers": MESSAGE_HEADERS,
+            "headers": {**MESSAGE_HEADERS, **RATE_LIMIT_HEADERS},
             "content": {
                 **json_content(examples=MESSAGES),
                 **event_stream_content(
@@ -105,6 +110,7 @@ MESSAGE_DOCS: dict[str, Any] = {
         },
         409: {"description": "An `Idempotency-Key` reused with a different request."},
         413: {"description": "The body is over 4 MiB (`request_too_large`)."},
+        **SPEND_CONTROL_DOCS,
         502: {"description": "The model server failed (`api_error`)."},
         503: {
             "description": "The model isn't deployed, or its server can't be reached "

@@ -99,9 +99,45 @@ COMPLETION_HEADERS = {
     "X-Request-Id": _response_header("Your `X-Request-Id`, or one Mortar generated."),
 }
 
+# OpenAI's rate-limit headers (issue 14), on every answer when the organization or the key has
+# request or token limits: the tightest limit of each kind.
+RATE_LIMIT_HEADERS = {
+    f"x-ratelimit-{part}-{kind}": _response_header(description.format(kind=kind))
+    for kind in ("requests", "tokens")
+    for part, description in (
+        ("limit", "The tightest {kind}-per-minute limit that applies."),
+        ("remaining", "What that limit has left now."),
+        ("reset", "How long until it is whole again, e.g. `1s`, `6m0s`."),
+    )
+}
+RETRY_AFTER = {
+    "Retry-After": {
+        "description": "Whole seconds (at least 1) until a request would pass.",
+        "schema": {"type": "integer", "minimum": 1},
+    }
+}
+# Spend control's answers, described the same on both API surfaces.
+SPEND_CONTROL_DOCS: dict[int, dict[str, Any]] = {
+    402: {
+        "description": "A budget (the organization's or the key's) cannot pay for the prompt "
+        "and one output token: `insufficient_quota` (Messages: `billing_error`). Retrying "
+        "will not help until the period resets; see `GET /v1/budget`."
+    },
+    429: {
+        "description": "A request or token rate limit of the organization or the key is "
+        "reached, or the model server's own (its `Retry-After` passed on): "
+        "`rate_limit_exceeded` (Messages: `rate_limit_error`).",
+        "headers": {**RETRY_AFTER, **RATE_LIMIT_HEADERS},
+    },
+    529: {
+        "description": "The model server says it is overloaded: `overloaded` (Messages: "
+        "`overloaded_error`). Retry later.",
+    },
+}
+
 CHAT_COMPLETION_RESPONSES = {
     200: ChatCompletion,
-    **error_responses(400, 401, 402, 404, 409, 413, 502, 503, 504),
+    **error_responses(400, 401, 402, 404, 409, 413, 429, 502, 503, 504, 529),
 }
 
 CHAT_COMPLETION_DOCS: dict[str, Any] = {
@@ -114,7 +150,7 @@ CHAT_COMPLETION_DOCS: dict[str, Any] = {
         200: {
             "description": "The reply: one `chat.completion` object with `stream: false`, else "
             "server-sent events, each a `chat.completion.chunk`, ending with `data: [DONE]`.",
-            "headers": COMPLETION_HEADERS,
+            "headers": {**COMPLETION_HEADERS, **RATE_LIMIT_HEADERS},
             "content": {
                 **json_content(examples=CHAT_COMPLETIONS),
                 **event_stream_content(
@@ -135,6 +171,7 @@ CHAT_COMPLETION_DOCS: dict[str, Any] = {
         },
         409: {"description": "An `Idempotency-Key` reused with a different request."},
         413: {"description": "The body is over 4 MiB."},
+        **SPEND_CONTROL_DOCS,
         502: {"description": "The model server failed."},
         503: {"description": "The model isn't deployed, or its server can't be reached."},
         504: {"description": "The model server timed out."},

@@ -14,6 +14,7 @@ from telemetry.services.budgets import (
     Budget,
     budget_hold,
     budget_hold_settle,
+    budget_holds_settle,
     period_start,
     resets_at,
 )
@@ -100,3 +101,36 @@ def test_periods_start_and_reset_at_utc_midnight() -> None:
         2027, 2, 1, tzinfo=UTC
     )
     assert resets_at("total", NOW) is None
+
+
+def test_a_batch_settles_each_run_on_both_its_budgets_once_and_skips_runs_without_a_hold() -> None:
+    organization = Budget("organization", KEY_ID, Decimal("1"), "month")
+    key = Budget("key", KEY_ID, Decimal("1"), "month")
+    for run_id in ("run-1", "run-2", "run-3"):
+        budget_hold(
+            run_id=run_id,
+            budgets=[organization, key],
+            prompt_tokens=1000,
+            max_tokens=10,
+            prices=PRICES,
+            expires_at=NOW + timedelta(minutes=11),
+            now=NOW,
+        )  # each holds 0.003813 on both
+
+    charged = budget_holds_settle(
+        [
+            ("run-1", Decimal("0.001")),
+            ("run-2", Decimal("0.0000001")),  # rounded up to a micro-dollar
+            ("run-3", Decimal("9")),  # never more than the hold
+            ("never-held", Decimal("1")),
+        ]
+    )
+    assert charged == {
+        "run-1": Decimal("0.001000"),
+        "run-2": Decimal("0.000001"),
+        "run-3": Decimal("0.003813"),
+    }
+    assert budget_holds_settle([("run-1", Decimal("0.5"))]) == {}  # settled already
+    assert not BudgetHold.objects.exists()
+    for row in BudgetSpend.objects.filter(owner_id=KEY_ID):
+        assert (row.spent_usd, row.held_usd) == (Decimal("0.004814"), Decimal(0))
