@@ -21,6 +21,7 @@
     ├── RateLimitExceeded           429 rate_limit_exceeded  (an organization's or key's limit)
     ├── HttpStatusError             any other status Django or ninja answered with
     ├── ModelNotAvailable           503 model_not_available
+    ├── BackendUnavailable          503 backend_unavailable  (a store the request needs is away)
     └── UpstreamError               502 upstream_error       (a model server failed)
         ├── GenerationFailed        502 upstream_error       (the generation broke mid-stream)
         ├── UpstreamUnavailable     503 upstream_unavailable (could not be reached)
@@ -201,6 +202,14 @@ class ModelNotAvailable(MortarError):
     status = 503
     type = "server_error"
     code = "model_not_available"
+
+
+class BackendUnavailable(MortarError):
+    """A store the request cannot be answered without is away (the budget ledger's database)."""
+
+    status = 503
+    type = "server_error"
+    code = "backend_unavailable"
 
 
 class UpstreamError(MortarError):

@@ -10,12 +10,16 @@ and `budget_holds_reconcile` charges it from the run's stored usage.
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
+from django.db import DatabaseError
+
 from accounts.models import ApiKey
-from core.db import database_read
+from core.db import database_call_on, database_read
+from core.errors import BackendUnavailable
 from telemetry.costs import Prices
 from telemetry.models import BudgetSpend
 from telemetry.services.budgets import (
@@ -28,6 +32,10 @@ from telemetry.services.budgets import (
 )
 
 logger = logging.getLogger(__name__)
+
+# The ledger's threads, each keeping its own connection: holds wait on the database's commit,
+# so a few run at once (they queue on the budget's row lock anyway).
+LEDGER_THREADS = ThreadPoolExecutor(4, thread_name_prefix="mortar-ledger")
 
 # A hold outlives its generation by this much before the reconciliation may settle it: a
 # generation never runs past its deployment's total timeout, and the run's row needs a moment
@@ -89,17 +97,28 @@ async def hold_for(
     if not budgets or not costs_something(prices):
         return None
     now = datetime.now(UTC)
-    held = await database_read(
-        lambda: budget_hold(
-            run_id=run_id,
-            budgets=budgets,
-            prompt_tokens=prompt_tokens,
-            max_tokens=max_tokens,
-            prices=prices,
-            expires_at=now + timedelta(seconds=total_timeout_s) + HOLD_MARGIN,
-            now=now,
+    try:
+        held = await database_call_on(
+            LEDGER_THREADS,
+            lambda: budget_hold(
+                run_id=run_id,
+                budgets=budgets,
+                prompt_tokens=prompt_tokens,
+                max_tokens=max_tokens,
+                prices=prices,
+                expires_at=now + timedelta(seconds=total_timeout_s) + HOLD_MARGIN,
+                now=now,
+            ),
         )
-    )
+    except DatabaseError as away:
+        # Without the ledger no one can tell what the budget can pay: nothing is sent. (A hold
+        # whose commit was acknowledged to no one, tried again, fails on its run id: its hold
+        # expires and is released by the reconciliation.)
+        logger.warning("budget: no hold for %s: %s", run_id, away)
+        raise BackendUnavailable(
+            "The budget ledger cannot be reached right now; the request was not sent to the "
+            "model. Retry in a moment."
+        ) from away
     return HeldBudget(run_id=run_id, amount_usd=held.amount_usd, max_tokens=held.max_tokens)
 
 

@@ -24,11 +24,14 @@ from django.conf import settings
 from django.db import connection
 
 from tests.conftest import Tenant, _server_env, manage, stored_bytes, wait_for_run
+from tests.gateway.test_budgets import budget_model
 from tests.support.servers import ServerProcess, start_mortar, stream_completion
 from tests.support.waiting import wait_until
 
 # Terminating the server's backends is a Postgres operation (a restart or failover).
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
+
+__all__ = ["budget_model"]  # the fixture, used here by name
 
 APPLICATION_NAME = "mortar-recovery-test"
 STAFF = "recovery-staff"
@@ -65,10 +68,14 @@ def recovering(
     server.stop()
 
 
-def admin_connection() -> psycopg.Connection:
+def admin_connection(dbname: str | None = None) -> psycopg.Connection:
     db = settings.DATABASES["default"]
     return psycopg.connect(
-        host=db["HOST"], port=db["PORT"], user=db["USER"], dbname=db["NAME"], autocommit=True
+        host=db["HOST"],
+        port=db["PORT"],
+        user=db["USER"],
+        dbname=dbname or db["NAME"],
+        autocommit=True,
     )
 
 
@@ -235,3 +242,46 @@ def test_requests_leave_no_connection_behind(recovering: RecoveringServer, tenan
 def test_the_server_logged_no_unhandled_error(recovering: RecoveringServer) -> None:
     # Runs last in this module (pytest keeps the file's order): after every termination above.
     assert "Internal Server Error" not in recovering.server.log(), recovering.server.log()
+
+
+def test_a_budgeted_request_while_the_database_refuses_connections_is_a_stored_503(
+    recovering: RecoveringServer, budget_model: str
+) -> None:
+    """Without the ledger no one can tell what a budget can pay: the request is refused with
+    503 `backend_unavailable` (not a 500), sent nowhere, and stored once the database is back."""
+    secret = manage(
+        "createkey", recovering.organization, "--budget-usd", "100", "--budget-period", "total"
+    ).strip()
+    body = {"model": budget_model, "messages": [{"role": "user", "content": "hello"}]}
+
+    def ask() -> httpx.Response:
+        return httpx.post(
+            f"{recovering.server.base_url}/v1/chat/completions",
+            content=orjson.dumps(body),
+            headers={"Authorization": f"Bearer {secret}"},
+            timeout=30,
+        )
+
+    assert ask().status_code == 200  # the key and the model are cached now
+    database = settings.DATABASES["default"]["NAME"]
+    with admin_connection("postgres") as admin:  # a database may not refuse its own session
+        admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false')
+        try:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = %s AND application_name = %s",
+                [database, APPLICATION_NAME],
+            )
+            refused = ask()
+        finally:
+            admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
+
+    assert refused.status_code == 503, refused.text
+    assert refused.json()["error"]["code"] == "backend_unavailable"
+    stored = wait_for_run(refused.headers["X-Mortar-Run-Id"])
+    assert (stored.status, stored.http_status, stored.error_code) == (
+        "failed",  # a 5xx: Mortar's side
+        503,
+        "backend_unavailable",
+    )
+    assert stored.held_usd is None and stored.charged_usd is None

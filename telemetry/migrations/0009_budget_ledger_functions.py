@@ -19,11 +19,15 @@ from django.db.migrations.state import StateApps
 HOLD = """
 CREATE OR REPLACE FUNCTION mortar_budget_hold(
     p_run_id text,
-    p_owners text[],
-    p_owner_ids bigint[],
-    p_periods text[],
-    p_period_starts date[],
-    p_budgets numeric[],
+    -- The organization's budget and the key's; a NULL owner id: that one has none.
+    p_organization_id bigint,
+    p_organization_period text,
+    p_organization_start date,
+    p_organization_usd numeric,
+    p_key_id bigint,
+    p_key_period text,
+    p_key_start date,
+    p_key_usd numeric,
     p_prompt_cost numeric,
     p_per_token numeric,
     p_max_tokens bigint,
@@ -32,7 +36,13 @@ CREATE OR REPLACE FUNCTION mortar_budget_hold(
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
-    wanted integer := cardinality(p_owners);
+    -- Scalars, not arrays, from the client: its array adaptation cost more than the call.
+    owners text[] := ARRAY['organization', 'key'];
+    owner_ids bigint[] := ARRAY[p_organization_id, p_key_id];
+    periods text[] := ARRAY[p_organization_period, p_key_period];
+    period_starts date[] := ARRAY[p_organization_start, p_key_start];
+    budgets numeric[] := ARRAY[p_organization_usd, p_key_usd];
+    wanted integer := (p_organization_id IS NOT NULL)::integer + (p_key_id IS NOT NULL)::integer;
     found integer;
     remaining numeric;
     organization_spend bigint;
@@ -44,9 +54,9 @@ BEGIN
         WITH locked AS (
             SELECT s.id, s.owner, b.usd - s.spent_usd - s.held_usd AS left_usd
             FROM telemetry_budgetspend s
-            JOIN unnest(p_owners, p_owner_ids, p_periods, p_period_starts, p_budgets)
+            JOIN unnest(owners, owner_ids, periods, period_starts, budgets)
                 AS b(owner, owner_id, period, period_start, usd)
-                ON s.owner = b.owner AND s.owner_id = b.owner_id
+                ON b.owner_id IS NOT NULL AND s.owner = b.owner AND s.owner_id = b.owner_id
                 AND s.period = b.period AND s.period_start = b.period_start
             ORDER BY s.id
             FOR UPDATE OF s
@@ -60,8 +70,9 @@ BEGIN
         INSERT INTO telemetry_budgetspend (owner, owner_id, period, period_start, spent_usd,
                                            held_usd)
         SELECT b.owner, b.owner_id, b.period, b.period_start, 0, 0
-        FROM unnest(p_owners, p_owner_ids, p_periods, p_period_starts)
+        FROM unnest(owners, owner_ids, periods, period_starts)
             AS b(owner, owner_id, period, period_start)
+        WHERE b.owner_id IS NOT NULL
         ON CONFLICT DO NOTHING;
     END LOOP;
     IF p_prompt_cost + p_per_token > remaining THEN
@@ -132,8 +143,8 @@ $$;
 """
 
 DROP = """
-DROP FUNCTION IF EXISTS mortar_budget_hold(text, text[], bigint[], text[], date[], numeric[],
-                                           numeric, numeric, bigint, timestamptz);
+DROP FUNCTION IF EXISTS mortar_budget_hold(text, bigint, text, date, numeric, bigint, text, date,
+                                           numeric, numeric, numeric, bigint, timestamptz);
 DROP FUNCTION IF EXISTS mortar_budget_settle(text[], numeric[]);
 """
 

@@ -177,6 +177,12 @@ def _refusal(needed: Decimal, remaining: Decimal) -> InsufficientQuota:
     )
 
 
+_HOLD = (
+    "SELECT max_tokens, amount_usd, remaining_usd FROM mortar_budget_hold("
+    "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+)
+
+
 def _postgres_hold(
     run_id: str,
     budgets: Sequence[Budget],
@@ -187,24 +193,21 @@ def _postgres_hold(
     expires_at: datetime,
     now: datetime,
 ) -> Held:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT max_tokens, amount_usd, remaining_usd FROM mortar_budget_hold("
-            "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            [
-                run_id,
-                [budget.owner for budget in budgets],
-                [budget.owner_id for budget in budgets],
-                [budget.period for budget in budgets],
-                [period_start(budget.period, now) for budget in budgets],
-                [budget.usd for budget in budgets],
-                prompt_cost,
-                per_token,
-                max_tokens,
-                expires_at,
-            ],
+    by_owner = {budget.owner: budget for budget in budgets}
+    params: list[object] = [run_id]
+    for owner in (BudgetSpend.Owner.ORGANIZATION, BudgetSpend.Owner.KEY):
+        budget = by_owner.get(owner)
+        params += (
+            [None] * 4
+            if budget is None
+            else [budget.owner_id, budget.period, period_start(budget.period, now), budget.usd]
         )
-        row = cursor.fetchone()
+    params += [prompt_cost, per_token, max_tokens, expires_at]
+    # psycopg's own cursor, prepared, in autocommit: Django's wrapper costs as much again as
+    # the call on the hot path (bench/results, "ledger"); its errors still become Django's.
+    connection.ensure_connection()
+    with connection.wrap_database_errors:
+        row = connection.connection.execute(_HOLD, params, prepare=True).fetchone()
     assert row is not None
     cap, amount, remaining = row
     if cap < 0:
