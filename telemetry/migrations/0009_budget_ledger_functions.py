@@ -98,10 +98,13 @@ $$;
 """
 
 SETTLE = """
-CREATE OR REPLACE FUNCTION mortar_budget_settle(p_run_ids text[], p_costs numeric[])
+CREATE OR REPLACE FUNCTION mortar_budget_settle(p_costs jsonb)
 RETURNS TABLE (run_id text, charged_usd numeric)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
+DECLARE
+    -- `[{"run_id": …, "cost": "…"}, …]`: one parameter the client encodes in C (orjson).
+    p_run_ids text[] := ARRAY(SELECT c.run_id FROM jsonb_to_recordset(p_costs) AS c(run_id text));
 BEGIN
     -- Lock in the ledger's order: the holds (by run id), then their period rows (by id). A
     -- run with no hold left (never held, or settled already) is skipped.
@@ -121,7 +124,7 @@ BEGIN
     RETURN QUERY
     WITH settled AS (
         DELETE FROM telemetry_budgethold h
-        USING unnest(p_run_ids, p_costs) AS c(run_id, cost)
+        USING jsonb_to_recordset(p_costs) AS c(run_id text, cost numeric)
         WHERE h.run_id = c.run_id
         RETURNING h.run_id, h.organization_spend_id, h.key_spend_id, h.amount_usd,
                   LEAST(ceil(c.cost * 1000000) / 1000000, h.amount_usd) AS charged
@@ -145,7 +148,7 @@ $$;
 DROP = """
 DROP FUNCTION IF EXISTS mortar_budget_hold(text, bigint, text, date, numeric, bigint, text, date,
                                            numeric, numeric, numeric, bigint, timestamptz);
-DROP FUNCTION IF EXISTS mortar_budget_settle(text[], numeric[]);
+DROP FUNCTION IF EXISTS mortar_budget_settle(jsonb);
 """
 
 

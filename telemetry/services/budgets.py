@@ -26,7 +26,9 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_CEILING, Decimal
 
+import orjson
 from django.db import connection, transaction
+from psycopg.types.json import Jsonb
 
 from core.errors import InsufficientQuota
 from telemetry.costs import PER_MILLION, Prices
@@ -232,6 +234,9 @@ def _settle(hold: BudgetHold, cost: Decimal) -> Decimal:
     return charged
 
 
+_SETTLE = "SELECT run_id, charged_usd FROM mortar_budget_settle(%s)"
+
+
 def budget_holds_settle(costs: Sequence[tuple[str, Decimal]]) -> dict[str, Decimal]:
     """Charge runs their costs and release the rest of their holds, in the caller's
     transaction (the run writer's); return what was charged, by run. A run with no hold left
@@ -239,12 +244,13 @@ def budget_holds_settle(costs: Sequence[tuple[str, Decimal]]) -> dict[str, Decim
     if not costs:
         return {}
     if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT run_id, charged_usd FROM mortar_budget_settle(%s, %s)",
-                [[run_id for run_id, _ in costs], [cost for _, cost in costs]],
-            )
-            return dict(cursor.fetchall())
+        costs_json = Jsonb(
+            [{"run_id": run_id, "cost": str(cost)} for run_id, cost in costs], dumps=orjson.dumps
+        )
+        connection.ensure_connection()
+        with connection.wrap_database_errors:
+            rows = connection.connection.execute(_SETTLE, [costs_json], prepare=True).fetchall()
+        return dict(rows)
     # SQLite: the caller's transaction is IMMEDIATE, so it already excludes every other
     # writer (taking the process lock here, inside it, could wait on a hold that waits on it).
     charged = {}
