@@ -11,11 +11,24 @@ forked worker shares no state with its parent.
 from __future__ import annotations
 
 import os
+import re
 
 # A run's id is its reply's id, and says which API surface made it (PRODUCT.md decision 11,
 # issue 13): a chat completion's `chatcmpl-` + 24 hex, or a Message's `msg_` + 24 hex.
 COMPLETION_ID_PREFIX = "chatcmpl-"
 MESSAGE_ID_PREFIX = "msg_"
+
+
+# What a run id can be: printable ASCII without a slash or a space, at most 40 characters (the
+# run store's key). Anything else — a NUL, another control character, non-ASCII — names no run
+# and never reaches the database (Postgres refuses a NUL in text: issue 15, a 500).
+RUN_ID_PATTERN = r"[!-.0-~]{1,40}"
+_RUN_ID = re.compile(RUN_ID_PATTERN)
+
+
+def is_run_id(value: str) -> bool:
+    """Whether `value` could name a run; one that could not is unknown, without a lookup."""
+    return _RUN_ID.fullmatch(value) is not None
 
 
 def is_message_id(run_id: str) -> bool:
