@@ -73,16 +73,19 @@ async def generate(
                 generation=generation,
                 counter=counter,
             )
-            plan.replica = forwarded.replica
+            plan.replica = forwarded.replica_name
             recorder.routed(
                 deployment=deployment.name,
                 replica=forwarded.replica,
+                replica_name=forwarded.replica_name,
                 session_kept=forwarded.session_kept,
             )
             deltas = forwarded.deltas
             ping_interval: float | None = settings.MORTAR_PING_SECONDS
         else:
-            recorder.routed(deployment=deployment.name, replica="", session_kept=None)
+            recorder.routed(
+                deployment=deployment.name, replica="", replica_name="", session_kept=None
+            )
             scripted = ScriptedModel(counter=counter, delay_ms=deployment.scripted_delay_ms)
             deltas = one_per_batch(
                 scripted.generate(chat, max_tokens=plan.max_tokens, generation=generation)
