@@ -8,6 +8,7 @@ production shape (Postgres, Redis). Every variable is listed in ``.env.example``
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -79,6 +80,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "channels",
+    "axes",  # sign-in throttling: failed attempts per username and address (issue 15)
     "ninja",  # its Swagger UI assets, served from here: /v1/docs works offline
     "accounts",
     "gateway",
@@ -97,6 +99,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: it turns a locked-out sign-in into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -245,6 +249,20 @@ USE_I18N = False
 USE_TZ = True
 
 # The operator dashboard's sign-in; staff land on its overview.
+# Sign-in (the dashboard's and the admin's) is throttled by django-axes: after
+# MORTAR_SIGNIN_FAILURE_LIMIT failures for one username from one address, that pair is locked
+# out for MORTAR_SIGNIN_LOCKOUT_MINUTES after its last failure (a 429 with the sign-in page
+# saying so); a success clears the count. `manage.py axes_reset_username NAME` lifts a lockout.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("MORTAR_SIGNIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("MORTAR_SIGNIN_LOCKOUT_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "dashboard.lockout.locked_out"
+AXES_HTTP_RESPONSE_CODE = 429
 LOGIN_URL = "dashboard:login"
 LOGIN_REDIRECT_URL = "dashboard:overview"
 LOGOUT_REDIRECT_URL = "dashboard:login"

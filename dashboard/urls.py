@@ -1,7 +1,24 @@
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import path, register_converter
 
+from core.ids import RUN_ID_PATTERN
 from dashboard import views
+
+
+class RunIdConverter:
+    """A run id in a dashboard URL: one that could name no run (a NUL, a control character)
+    does not match, so it is a 404 and never a lookup."""
+
+    regex = RUN_ID_PATTERN
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+register_converter(RunIdConverter, "run_id")
 
 app_name = "dashboard"
 
@@ -16,11 +33,11 @@ urlpatterns = [
     path("live/", views.live, name="live"),
     path("live/generations.json", views.live_generations, name="live-generations"),
     path("runs/", views.runs, name="runs"),
-    path("runs/<str:run_id>/", views.run, name="run"),
-    path("runs/<str:run_id>/stop", views.stop_generation, name="run-stop"),
-    path("runs/<str:run_id>/replay", views.run_replay, name="run-replay"),
-    path("runs/<str:run_id>/download", views.run_download, name="run-download"),
-    path("runs/<str:run_id>/images/<int:position>", views.run_image, name="run-image"),
+    path("runs/<run_id:run_id>/", views.run, name="run"),
+    path("runs/<run_id:run_id>/stop", views.stop_generation, name="run-stop"),
+    path("runs/<run_id:run_id>/replay", views.run_replay, name="run-replay"),
+    path("runs/<run_id:run_id>/download", views.run_download, name="run-download"),
+    path("runs/<run_id:run_id>/images/<int:position>", views.run_image, name="run-image"),
     path("sessions/", views.sessions, name="sessions"),
     path("audit/", views.audit, name="audit"),
     path("budgets/", views.budgets, name="budgets"),

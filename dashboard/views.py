@@ -4,9 +4,8 @@ Django's middleware."""
 
 from __future__ import annotations
 
-import csv
 import mimetypes
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -27,6 +26,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard import services
+from dashboard.csv_export import csv_response
 from dashboard.forms import FINISH_REASONS, AuditForm, OverviewForm, RunFilterForm, SessionForm
 from dashboard.selectors.audit import AUDIT_DIMENSIONS, audit_csv_rows, audit_rows, audit_totals
 from dashboard.selectors.budgets import budget_rows
@@ -280,7 +280,7 @@ def audit(request: HttpRequest) -> HttpResponse:
     form = AuditForm(data, organizations=organization_choices())
     query = form.query(today=timezone.now().date())
     if request.GET.get("format") == "csv":
-        return _csv(audit_csv_rows(query), f"mortar-audit-{query.since}-{query.until}.csv")
+        return csv_response(audit_csv_rows(query), f"mortar-audit-{query.since}-{query.until}.csv")
     params = data.copy()
     params.pop("sort", None)
     params.pop("format", None)
@@ -297,13 +297,6 @@ def audit(request: HttpRequest) -> HttpResponse:
             "measures": AUDIT_MEASURE_LABELS,
         },
     )
-
-
-def _csv(rows: Iterable[list[object]], filename: str) -> HttpResponse:
-    response = HttpResponse(content_type="text/csv; charset=utf-8")
-    response["Content-Disposition"] = f'attachment; filename="{filename}"'
-    csv.writer(response).writerows(rows)
-    return response
 
 
 @require_GET

@@ -15,6 +15,7 @@ from ninja import P, PathEx, Router
 from accounts.auth import api_key_auth, key_of
 from core.errors import Envelope
 from core.http.responses import json_response
+from core.ids import is_run_id
 from gateway.anthropic.docs import (
     COUNT_TOKENS_DOCS,
     COUNT_TOKENS_RESPONSES,
@@ -101,8 +102,9 @@ async def stop_generation(
     """Stop a generation still running: 200 when stopped, else 404 with the same body.
 
     Finished, unknown and another organization's generations are indistinguishable (spec,
-    "Stop a generation")."""
-    stopped = await live_generations().stop(run_id, key_of(request).organization_id)
+    "Stop a generation"); so is an id that could name no run (a NUL, say), never looked up."""
+    organization_id = key_of(request).organization_id
+    stopped = is_run_id(run_id) and await live_generations().stop(run_id, organization_id)
     return json_response({"stopped": stopped, "id": run_id}, status=200 if stopped else 404)
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from django.core.exceptions import ValidationError
 from django.db import models
 
+from gateway.catalog.upstream_urls import upstream_url_problem
 from telemetry.costs import Prices
 
 
@@ -44,6 +46,17 @@ class Deployment(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        """Refuse replica URLs a model server could not be reached at, or that hold
+        credentials (the admin's form asks; `applyconfig` checks the same)."""
+        if not isinstance(self.upstreams, list) or not all(
+            isinstance(url, str) for url in self.upstreams
+        ):
+            raise ValidationError({"upstreams": "A list of base URLs, such as http://host/v1."})
+        problems = [problem for url in self.upstreams if (problem := upstream_url_problem(url))]
+        if problems:
+            raise ValidationError({"upstreams": problems})
 
 
 class CatalogModel(models.Model):

@@ -24,6 +24,7 @@ from core.http.openapi import (
     json_text,
 )
 from core.http.responses import error_response
+from core.ids import is_run_id
 from gateway.anthropic.docs import STREAM_EVENT_NAMES
 from gateway.anthropic.response import Message, StreamEventData
 from gateway.contract.docs import CHUNK_DATA
@@ -132,6 +133,8 @@ async def replay_run(
 ) -> HttpResponseBase:
     """Replay a stored run as the client received it, byte for byte."""
     key = key_of(request)
+    if not is_run_id(run_id):
+        return run_gone(run_id)
     after = _resume_point(request)
     if after is None:
         return error_response(

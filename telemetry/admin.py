@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.http import HttpRequest
 
+from core.ids import is_run_id
 from telemetry.models import Run
 
 
@@ -21,6 +22,14 @@ class RunAdmin(admin.ModelAdmin[Run]):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+    def get_object(
+        self, request: HttpRequest, object_id: str, from_field: str | None = None
+    ) -> Run | None:
+        # An id that could name no run (a NUL would be a database error) is simply not found.
+        if not is_run_id(object_id):
+            return None
+        return super().get_object(request, object_id, from_field)
 
     def has_change_permission(self, request: HttpRequest, obj: Run | None = None) -> bool:
         return False

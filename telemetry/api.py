@@ -79,9 +79,13 @@ async def telemetry_stream(request: HttpRequest) -> StreamingHttpResponse:
     """Stream the organization's live events as server-sent events, resumable with
     Last-Event-ID."""
     key = key_of(request)
-    after = request.headers.get("Last-Event-ID") or request.GET.get("last_event_id")
+    header = request.headers.get("Last-Event-ID")
+    after = header or request.GET.get("last_event_id")
     if after is not None and not _is_event_id(after):
-        raise InvalidParameter("`Last-Event-ID` must be an event id such as 1700000000000-0.")
+        raise InvalidParameter(
+            "`Last-Event-ID` must be an event id such as 1700000000000-0, each number below 2^64.",
+            param="Last-Event-ID" if header else "last_event_id",
+        )
     session = request.GET.get("session") or None
     # "From now" is fixed before the response starts: an event published once the client has
     # its headers (`: connected`) is never missed.

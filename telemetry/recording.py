@@ -50,6 +50,7 @@ class RunRecorder:
         self._opened = False
         self._closed = False
         self._seq = 0
+        self._replica_name: str | None = None
         self.first_token_at: datetime | None = None
 
     # -- fields and events ---------------------------------------------------------------
@@ -119,12 +120,17 @@ class RunRecorder:
         self._early_chunks.clear()
         self._publish_accepted()
 
-    def routed(self, *, deployment: str, replica: str, session_kept: bool | None) -> None:
+    def routed(
+        self, *, deployment: str, replica: str, replica_name: str, session_kept: bool | None
+    ) -> None:
+        """The replica that answers: its URL stored for operators, its name (never the URL)
+        in the events API clients read."""
         self.set(replica=replica, session_kept=session_kept)
+        self._replica_name = replica_name or None
         self.publish(
             "request.routed",
             deployment=deployment,
-            replica=replica or None,
+            replica=self._replica_name,
             sessionKept=session_kept,
         )
 
@@ -204,7 +210,7 @@ class RunRecorder:
             promptTokens=run.get("prompt_tokens"),
             cachedTokens=run.get("cached_tokens") or 0,
             sessionKept=run.get("session_kept"),
-            replica=run.get("replica") or None,
+            replica=self._replica_name,
             usageSource=source,
         )
         cost = run.get("cost")

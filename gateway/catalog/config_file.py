@@ -41,6 +41,7 @@ from django.db import transaction
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from accounts.models import Organization
+from gateway.catalog.upstream_urls import upstream_url_problem
 from gateway.models import CatalogModel, Deployment
 
 
@@ -73,8 +74,9 @@ class DeploymentEntry(_Strict):
     @classmethod
     def _urls(cls, upstreams: list[str]) -> list[str]:
         for url in upstreams:
-            if not url.startswith(("http://", "https://")):
-                raise ValueError(f"{url!r} is not an http(s) base URL such as http://host:8000/v1")
+            problem = upstream_url_problem(url)
+            if problem is not None:
+                raise ValueError(problem)
         if len(set(upstreams)) != len(upstreams):
             raise ValueError("an upstream is listed twice")
         return [url.rstrip("/") for url in upstreams]

@@ -91,7 +91,10 @@ COMPLETION_HEADERS = {
     "X-Mortar-Run-Id": _response_header("The run that records this request."),
     "X-Mortar-Deployment": _response_header("The deployment that served the request."),
     "X-Mortar-Model": _response_header("The model that generated the reply."),
-    "X-Mortar-Upstream": _response_header("The model server, when the deployment forwards."),
+    "X-Mortar-Upstream": _response_header(
+        "The replica that answered, by name (`<deployment>/<position>`, e.g. `vllm-a/1`), "
+        "when the deployment forwards; never its URL."
+    ),
     "X-Mortar-Session": _response_header("The session the request ran in."),
     "X-Mortar-Optimizer": _response_header("What the prompt optimizer did, or would do."),
     "X-Mortar-Tool-Selector": _response_header("What named tool selection did, when it ran."),

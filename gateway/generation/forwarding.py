@@ -56,7 +56,8 @@ def upstream_body(chat: ChatRequest, *, upstream_model: str, max_tokens: int) ->
 @dataclass
 class Forwarded:
     deltas: Deltas
-    replica: str
+    replica: str  # its URL, stored with the run for operators
+    replica_name: str  # what the client is told (`replica_name`)
     session_kept: bool
 
 
@@ -84,7 +85,7 @@ async def forward(
         except UpstreamRejected:
             raise  # the request's fault, not the replica's: another would refuse it too
         except (UpstreamError, TimeoutError, StopAsyncIteration) as exc:
-            failure = _as_upstream_error(exc, replica)
+            failure = _as_upstream_error(exc, config.name)
         except BaseException:
             if stream is not None:
                 await stream.aclose()
@@ -99,19 +100,24 @@ async def forward(
                 max_tokens=max_tokens,
                 deployment=deployment,
             )
-            return Forwarded(deltas=relay, replica=replica, session_kept=replica == route.home)
+            return Forwarded(
+                deltas=relay,
+                replica=replica,
+                replica_name=config.name,
+                session_kept=replica == route.home,
+            )
         if stream is not None:
             await stream.aclose()
         replica_health.mark_failed(replica)
     raise failure or UpstreamError("The deployment has no model servers.")
 
 
-def _as_upstream_error(exc: BaseException, replica: str) -> UpstreamError:
+def _as_upstream_error(exc: BaseException, name: str) -> UpstreamError:
     if isinstance(exc, UpstreamError):
         return exc
     if isinstance(exc, TimeoutError):
-        return UpstreamTimeout(f"The model server at {replica} sent nothing in time.")
-    return UpstreamError(f"The model server at {replica} ended its reply before any content.")
+        return UpstreamTimeout(f"The model server {name} sent nothing in time.")
+    return UpstreamError(f"The model server {name} ended its reply before any content.")
 
 
 async def relay_chunks(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 
 from django.conf import settings
 from django.http import HttpResponse
@@ -26,6 +27,8 @@ from gateway.relay.relay import Relay
 from gateway.relay.sse import streaming_response
 from telemetry.models import Run
 from telemetry.recording import RunRecorder
+
+logger = logging.getLogger(__name__)
 
 
 async def generate(
@@ -70,16 +73,19 @@ async def generate(
                 generation=generation,
                 counter=counter,
             )
-            plan.replica = forwarded.replica
+            plan.replica = forwarded.replica_name
             recorder.routed(
                 deployment=deployment.name,
                 replica=forwarded.replica,
+                replica_name=forwarded.replica_name,
                 session_kept=forwarded.session_kept,
             )
             deltas = forwarded.deltas
             ping_interval: float | None = settings.MORTAR_PING_SECONDS
         else:
-            recorder.routed(deployment=deployment.name, replica="", session_kept=None)
+            recorder.routed(
+                deployment=deployment.name, replica="", replica_name="", session_kept=None
+            )
             scripted = ScriptedModel(counter=counter, delay_ms=deployment.scripted_delay_ms)
             deltas = one_per_batch(
                 scripted.generate(chat, max_tokens=plan.max_tokens, generation=generation)
@@ -89,6 +95,13 @@ async def generate(
         release()
         release_budget(recorder, plan)
         return refuse(error, recorder, plan)
+    except Exception:
+        # Mortar's own fault, not the client's: recorded as the 500 it is answered with, never
+        # as a disconnect (issue 15: such runs were stored as `cancelled`, 499).
+        logger.exception("The generation of %s failed to start", accepted.completion_id)
+        release()
+        release_budget(recorder, plan)
+        return refuse(MortarError("Mortar failed to start the generation."), recorder, plan)
     except BaseException:
         release_budget(recorder, plan)
         # The client went away while the model server was being reached.

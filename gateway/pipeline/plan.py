@@ -118,7 +118,8 @@ class Plan:
     budget: HeldBudget | None = None
     # The rate limits checked (`limits.py`), for the headers.
     rate_limits: Limited | None = None
-    # Decided after planning: the replica that answers, and this request's dedupe role.
+    # Decided after planning: the replica that answers (its name, never its URL), and this
+    # request's dedupe role.
     replica: str | None = None
     dedupe_role: str | None = None
     # Whose answer this is: the run's own id, or the leader's for a shared answer.

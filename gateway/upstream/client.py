@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import http.cookiejar
+import logging
 import math
 import os
 from collections.abc import AsyncIterator
@@ -31,7 +32,10 @@ from core.errors import (
 )
 from core.loops import PerLoop
 from gateway.models import Deployment
+from gateway.upstream.replicas import replica_name
 from gateway.upstream.sse import sse_data
+
+logger = logging.getLogger(__name__)
 
 ERROR_BODY_LIMIT = 64 * 1024
 KEEPALIVE_SECONDS = 60.0
@@ -42,6 +46,7 @@ class ReplicaConfig:
     """Everything a client for one replica depends on; a changed deployment gets a new one."""
 
     base_url: str
+    name: str  # what clients are told (`replica_name`): the URL is for operators only
     api_key: str
     connect_timeout: float
     read_timeout: float
@@ -51,6 +56,7 @@ class ReplicaConfig:
         api_key = os.environ.get(deployment.api_key_env, "") if deployment.api_key_env else ""
         return cls(
             base_url=base_url.rstrip("/"),
+            name=replica_name(deployment.name, deployment.upstreams, base_url),
             api_key=api_key,
             connect_timeout=deployment.connect_timeout_s,
             # The socket read timeout covers both waits; where the wait between chunks is
@@ -150,7 +156,10 @@ class UpstreamStream:
         except httpx.TimeoutException:
             raise UpstreamTimeout("The model server stopped sending.") from None
         except httpx.TransportError as exc:
-            raise UpstreamError(f"The connection to the model server broke: {exc!r}") from None
+            logger.warning("model server stream broke: %r", exc)  # its text may hold the URL
+            raise UpstreamError(
+                f"The connection to the model server broke ({exc.__class__.__name__})."
+            ) from None
 
     async def aclose(self) -> None:
         await self.response.aclose()
@@ -168,7 +177,11 @@ async def open_stream(config: ReplicaConfig, body: bytes) -> UpstreamStream:
     try:
         response = await client.send(request, stream=True)
     except httpx.TransportError as exc:
-        raise _send_failure(exc, config.base_url) from None
+        # The cause names the server's host and port: logged for operators, never answered.
+        logger.warning(
+            "model server %s (%s): %r", config.name, config.base_url, exc.__cause__ or exc
+        )
+        raise _send_failure(exc, config.name) from None
     if response.status_code >= 400:
         try:
             detail = await _read_error(response)
@@ -202,22 +215,23 @@ def _retry_after(value: str | None) -> int | None:
         return None
 
 
-def _send_failure(exc: httpx.TransportError, base_url: str) -> UpstreamError:
-    """Name what went wrong before any response: unreachable, too slow, or broken.
+def _send_failure(exc: httpx.TransportError, name: str) -> UpstreamError:
+    """Name what went wrong before any response: unreachable, too slow, or broken — by the
+    replica's name: the exceptions' own text holds its address.
 
     httpx-aiohttp files several aiohttp errors (a refused connection among them) under
     `ConnectTimeout`, so the aiohttp error behind it decides when there is one.
     """
     cause = exc.__cause__
     if isinstance(cause, aiohttp.ServerTimeoutError | asyncio.TimeoutError):
-        return UpstreamTimeout(f"The model server at {base_url} did not answer in time.")
+        return UpstreamTimeout(f"The model server {name} did not answer in time.")
     if isinstance(cause, aiohttp.ClientConnectionError):
-        return UpstreamUnavailable(f"The model server at {base_url} could not be reached: {cause}")
+        return UpstreamUnavailable(f"The model server {name} could not be reached.")
     if isinstance(exc, httpx.TimeoutException):
-        return UpstreamTimeout(f"The model server at {base_url} did not answer in time.")
+        return UpstreamTimeout(f"The model server {name} did not answer in time.")
     if isinstance(exc, httpx.ConnectError | httpx.RemoteProtocolError):
-        return UpstreamUnavailable(f"The model server at {base_url} could not be reached: {exc}")
-    return UpstreamError(f"The model server at {base_url} failed: {exc!r}")
+        return UpstreamUnavailable(f"The model server {name} could not be reached.")
+    return UpstreamError(f"The model server {name} failed ({exc.__class__.__name__}).")
 
 
 async def _read_error(response: httpx.Response) -> str:

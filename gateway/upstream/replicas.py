@@ -1,5 +1,10 @@
 """Choose the replica for a request: the session's own, unless it is cooling down after a fault.
 
+A replica is known to API clients by its name, `<deployment>/<position>` (its place in the
+deployment's `upstreams`, from 0: `vllm-a/1`), in `X-Mortar-Upstream`, error messages and
+telemetry events; its URL is an internal address that only operators see (the stored run, the
+dashboard, the admin, the logs). PRODUCT.md: "API clients never see a model server's URL".
+
 Sessions map to replicas by rendezvous (highest-random-weight) hashing: each replica scores
 `hash(session, replica)` and the highest wins. Requests of one session therefore reach the replica
 that already holds their prompt prefix (spec, `X-Mortar-Session`), and a replica that goes away
@@ -15,6 +20,11 @@ from dataclasses import dataclass
 
 COOL_DOWN_SECONDS = 30.0
 MAX_ATTEMPTS = 3
+
+
+def replica_name(deployment: str, upstreams: Sequence[str], url: str) -> str:
+    """The name API clients know the replica at `url` by: `<deployment>/<position>`."""
+    return f"{deployment}/{upstreams.index(url)}"
 
 
 def replica_score(session: str, replica: str) -> int:

@@ -100,7 +100,8 @@ def test_a_plain_call_reaches_the_model_server_with_only_the_allowed_fields(
     assert completion.choices[0].message.content == MOCK_REPLY.replace(" tok", " tok")
     assert completion.model == "mock-one"
     assert completion.id == raw.headers["X-Mortar-Request-Id"]
-    assert raw.headers["X-Mortar-Upstream"] == MockPair.url(upstream_models.a)
+    # The replica's name, never its URL (issue 15); the stored run keeps the URL for operators.
+    assert raw.headers["X-Mortar-Upstream"] == "mock-one/0"
     assert raw.headers["X-Mortar-Deployment"] == "mock-one"
 
     [arrived] = mock_requests(upstream_models.a)
@@ -256,6 +257,7 @@ def test_a_fault_before_the_first_byte_gets_its_status(
     error = response.json()["error"]
     assert error["code"] == code
     assert error["type"] == "upstream_error"
+    assert "127.0.0.1" not in response.text  # no model server's address (issue 15)
     run = wait_for_run(response.headers["X-Mortar-Run-Id"])
     assert (run.status, run.http_status, run.error_code) == ("failed", status, code)
     assert stored_bytes(run) == response.content
@@ -379,7 +381,7 @@ def test_a_replica_that_refuses_before_the_first_byte_is_skipped(
         **{"X-Mortar-Session": session},
     )
     assert response.status_code == 200
-    assert response.headers["X-Mortar-Upstream"] == alive
+    assert response.headers["X-Mortar-Upstream"] == "mock-dead-first/1"
     run = wait_for_run(response.headers["X-Mortar-Run-Id"])
     assert (run.replica, run.session_kept) == (alive, False)
 

@@ -99,7 +99,7 @@ def test_a_message_reaches_the_model_server_as_a_chat_request_and_comes_back(
     assert message.usage.input_tokens == prompt - 3
     assert message.usage.cache_read_input_tokens == 3
     assert message.usage.output_tokens == 5
-    assert raw.headers["X-Mortar-Upstream"] == MockPair.url(upstream_models.a)
+    assert raw.headers["X-Mortar-Upstream"] == "mock-one/0"
 
     run = wait_for_run(message.id)
     assert (run.status, run.usage_source, run.cached_tokens) == ("completed", "upstream", 3)

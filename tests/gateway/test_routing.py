@@ -83,23 +83,26 @@ models:
         sessions = [f"conversation-{i}" for i in range(50)]
         first = {s: served_by(s) for s in sessions}
         assert {s: served_by(s) for s in sessions} == first
-        assert set(first.values()) == {url_a, url_b}  # both replicas carry sessions
+        # Both replicas carry sessions; clients know them by name (`<deployment>/<position>`).
+        name_a, name_b = "sticky-pair/0", "sticky-pair/1"
+        assert set(first.values()) == {name_a, name_b}
 
         b.stop()
         after = {s: served_by(s) for s in sessions}
-        assert set(after.values()) == {url_a}
+        assert set(after.values()) == {name_a}
         assert {s for s in sessions if after[s] != first[s]} == {
-            s for s in sessions if first[s] == url_b
+            s for s in sessions if first[s] == name_b
         }
-        kept_run = wait_for_run(_run_of(mortar_server, tenant, url_a, sessions, first))
+        kept_run = wait_for_run(_run_of(mortar_server, tenant, name_a, sessions, first))
         assert kept_run.session_kept is True
+        assert kept_run.replica == url_a  # the URL is stored, for operators
     finally:
         a.stop()
         b.stop()
 
 
-def _run_of(server, tenant, url_a, sessions, first) -> str:  # type: ignore[no-untyped-def]
-    session = next(s for s in sessions if first[s] == url_a)
+def _run_of(server, tenant, name_a, sessions, first) -> str:  # type: ignore[no-untyped-def]
+    session = next(s for s in sessions if first[s] == name_a)
     response = httpx.post(
         f"{server.base_url}/v1/chat/completions",
         content=orjson.dumps(

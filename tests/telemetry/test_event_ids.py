@@ -64,3 +64,35 @@ def test_the_largest_event_id_is_a_resume_point(
         # Still open: nothing newer arrives, and the stream did not break.
         with pytest.raises(httpx.ReadTimeout):
             next(lines)
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "99999999999999999999999-0",  # issue 15, defect 8: a 200, then the connection dropped
+        "18446744073709551616-0",
+        "1-18446744073709551616",
+        "0-0-0",
+        "1e3-0",
+    ],
+)
+def test_an_out_of_range_last_event_id_header_is_a_400_before_the_stream(
+    mortar_server: ServerProcess, tenant: Tenant, header: str
+) -> None:
+    response = httpx.get(
+        f"{mortar_server.base_url}/v1/telemetry/stream",
+        headers={"Authorization": f"Bearer {tenant.secret}", "Last-Event-ID": header},
+        timeout=10,
+    )
+
+    assert response.status_code == 400
+    assert response.headers["content-type"] == "application/json"
+    assert response.json() == {
+        "error": {
+            "message": "`Last-Event-ID` must be an event id such as 1700000000000-0, each number "
+            "below 2^64.",
+            "type": "invalid_request_error",
+            "param": "Last-Event-ID",
+            "code": "invalid_parameter",
+        }
+    }

@@ -152,7 +152,8 @@ models:
     assert cost["usageSource"] == "upstream"
     cache = next(e for _, e in subscriber.events if e["type"] == "cache" and e["runId"] == run_id)
     assert (cache["cachedTokens"], cache["promptTokens"]) == (3, prompt)
-    assert cache["replica"] == MockPair.url(upstream_models.a)
+    assert cache["replica"] == "priced-upstream/0"  # its name: API clients never see its URL
+    assert run.replica == MockPair.url(upstream_models.a)  # operators do
 
 
 def test_a_reconnect_to_the_same_process_with_last_event_id_gets_what_it_missed(
