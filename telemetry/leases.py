@@ -31,7 +31,11 @@ from django.db import connection
 
 from core.db import drop_broken_connection
 from core.loops import PerLoop
+from telemetry.events import event_publisher
 from telemetry.services.interruptions import (
+    WORKER_INTERRUPTED,
+    Orphan,
+    interruption_message,
     runs_interrupt_orphaned,
     runs_reopen,
     worker_lease_release,
@@ -130,8 +134,23 @@ class WorkerHeartbeat:
             self._log_failure(exc)
             return
         if closed:
-            self.interrupted_total += closed
-            logger.warning("closed %d runs of workers that died as interrupted", closed)
+            self.interrupted_total += len(closed)
+            logger.warning("closed %d runs of workers that died as interrupted", len(closed))
+            self._publish(closed)
+
+    def _publish(self, closed: list[Orphan]) -> None:
+        """Tell the runs' telemetry subscribers they ended, as their own worker would have."""
+        events = event_publisher()
+        for run in closed:
+            events.publish(
+                run.organization_id,
+                "generation.failed",
+                run.id,
+                session=run.session,
+                httpStatus=None,
+                code=WORKER_INTERRUPTED,
+                message=interruption_message(run.worker),
+            )
 
     def _renew(self) -> bool:
         return worker_lease_renew(

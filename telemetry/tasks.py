@@ -51,4 +51,4 @@ def reconcile_budget_holds() -> int:
 @retried_task
 def interrupt_orphaned_runs() -> int:
     """Close as interrupted the runs in progress of workers whose lease expired (they died)."""
-    return runs_interrupt_orphaned()
+    return len(runs_interrupt_orphaned())

@@ -53,6 +53,8 @@ class Orphan(NamedTuple):
     """A run in progress no live worker serves, with what was stored of its stream."""
 
     id: str
+    organization_id: int
+    session: str
     worker: str
     accepted_at: datetime
     stored: int  # chunks stored
@@ -101,10 +103,10 @@ def runs_reopen(*, worker_id: str) -> int:
     ).update(status=Run.Status.IN_PROGRESS, finished_at=None, error_code="", error_message="")
 
 
-def runs_interrupt_orphaned(*, batch: int = SWEEP_BATCH) -> int:
+def runs_interrupt_orphaned(*, batch: int = SWEEP_BATCH) -> list[Orphan]:
     """Close as interrupted every run in progress whose worker's lease has expired (or that no
-    lease owns and is older than `UNOWNED_AFTER`); return how many this call closed."""
-    closed = 0
+    lease owns and is older than `UNOWNED_AFTER`); return the runs this call closed."""
+    closed: list[Orphan] = []
     while True:
         orphans = _orphans(batch)
         last_seen = dict(
@@ -112,8 +114,7 @@ def runs_interrupt_orphaned(*, batch: int = SWEEP_BATCH) -> int:
                 "id", "renewed_at"
             )
         )
-        for run in orphans:
-            closed += _interrupt(run, last_seen.get(run.worker))
+        closed.extend(run for run in orphans if _interrupt(run, last_seen.get(run.worker)))
         # Each pass moves on: a run closed here, or by another sweeper, is no longer found.
         if len(orphans) < batch:
             break
@@ -135,29 +136,41 @@ def _orphans(batch: int) -> list[Orphan]:
     rows = (
         Run.objects.filter(status=Run.Status.IN_PROGRESS)
         .filter(dead_owner | old_unowned)
-        .values("id", "worker", "accepted_at")
+        .values("id", "organization_id", "session", "worker", "accepted_at")
         .annotate(stored=Count("chunks"), last_offset_us=Max("chunks__offset_us"))
-        .values_list("id", "worker", "accepted_at", "stored", "last_offset_us")
+        .values_list(
+            "id",
+            "organization_id",
+            "session",
+            "worker",
+            "accepted_at",
+            "stored",
+            "last_offset_us",
+        )
         .order_by()[:batch]
     )
     return [Orphan._make(row) for row in rows]
 
 
-def _interrupt(run: Orphan, last_renewed: datetime | None) -> int:
-    """Close one run as interrupted unless it was closed meanwhile; 1 if this call closed it."""
+def _interrupt(run: Orphan, last_renewed: datetime | None) -> bool:
+    """Close one run as interrupted unless it was closed meanwhile; True if this call did."""
     ends = [run.accepted_at]
     if run.last_offset_us is not None:
         ends.append(run.accepted_at + timedelta(microseconds=run.last_offset_us))
     if last_renewed is not None:
         ends.append(last_renewed)
-    worker = run.worker or "none"
-    return Run.objects.filter(pk=run.id, status=Run.Status.IN_PROGRESS).update(
+    updated = Run.objects.filter(pk=run.id, status=Run.Status.IN_PROGRESS).update(
         status=Run.Status.INTERRUPTED,
         finished_at=max(ends),
         error_code=WORKER_INTERRUPTED,
-        error_message=(
-            f"The worker serving this run (lease {worker}) stopped before it finished; "
-            "the run is closed with what was stored."
-        ),
+        error_message=interruption_message(run.worker),
         chunk_count=run.stored,
+    )
+    return updated == 1
+
+
+def interruption_message(worker: str) -> str:
+    return (
+        f"The worker serving this run (lease {worker or 'none'}) stopped before it finished; "
+        "the run is closed with what was stored."
     )

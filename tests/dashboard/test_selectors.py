@@ -358,7 +358,7 @@ def test_a_crashed_worker_s_run_leaves_the_generations_in_flight_once_interrupte
     in_flight = [g.id for g in generations_in_flight(now=now) if g.organization_id == org.pk]
     assert in_flight == [crashed.pk]
 
-    assert runs_interrupt_orphaned() == 1
+    assert len(runs_interrupt_orphaned()) == 1
 
     assert [g for g in generations_in_flight(now=now) if g.organization_id == org.pk] == []
 

@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models.functions import Now
 
@@ -28,6 +29,7 @@ from telemetry.services.interruptions import WORKER_INTERRUPTED, runs_interrupt_
 from telemetry.tasks import interrupt_orphaned_runs
 from tests.conftest import Tenant, _server_env, wait_for_run
 from tests.support.servers import ServerProcess, start_mortar, stream_completion
+from tests.support.telemetry import Subscriber
 from tests.support.upstreams import MockPair
 from tests.support.waiting import wait_until
 
@@ -220,6 +222,7 @@ def test_a_killed_worker_s_runs_are_interrupted_by_a_live_worker_within_the_leas
     tmp_path: Path,
 ) -> None:
     victim = start(servers, tmp_path / "victim")
+    subscriber = Subscriber(survivor, tenant.secret)
     # The survivor serves a stream of its own, longer than its lease, all through the crash.
     own = Stream(survivor, tenant.secret, slow_body(chunks=30, delay_ms=100))
     streams = start_streams(victim, tenant.secret, STREAMS)
@@ -254,6 +257,21 @@ def test_a_killed_worker_s_runs_are_interrupted_by_a_live_worker_within_the_leas
         assert 5 <= stored <= received[run.id]
         assert not any(s.ended_cleanly for s in streams if s.run_id == run.id)
 
+    # Telemetry subscribers see the runs end. (Across workers on Redis; in embedded mode a
+    # worker's events reach only its own subscribers, and another may have closed them.)
+    if settings.REDIS_URL:
+        subscriber.wait_for(
+            lambda events: (
+                {
+                    e["runId"]
+                    for e in events
+                    if e["type"] == "generation.failed" and e["code"] == WORKER_INTERRUPTED
+                }
+                == set(ids)
+            )
+        )
+    subscriber.close()
+
     # The replay that followed the run ends, with every stored event.
     follower.join(timeout=5)
     assert follower.status == 200
@@ -286,7 +304,7 @@ def test_a_worker_cut_off_past_its_lease_reopens_its_runs_and_their_outcome_wins
             WorkerLease.objects.filter(id=run.worker).update(
                 expires_at=Now() - timedelta(seconds=1)
             )
-            return runs_interrupt_orphaned()
+            return len(runs_interrupt_orphaned())
 
     assert on_own_connection(expire_and_sweep) >= 1
     assert Run.objects.get(id=run_id).status == Run.Status.INTERRUPTED

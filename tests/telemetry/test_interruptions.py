@@ -105,7 +105,7 @@ def test_a_dead_worker_s_run_is_closed_as_interrupted_with_what_was_stored(
     dead = lease(expired=True, renewed_at=renewed_at)
     streaming = run(org, worker=dead, chunks=3, age=timedelta(seconds=60))
 
-    assert runs_interrupt_orphaned() == 1
+    assert len(runs_interrupt_orphaned()) == 1
 
     streaming.refresh_from_db()
     assert streaming.status == Run.Status.INTERRUPTED
@@ -119,7 +119,7 @@ def test_a_dead_worker_s_run_is_closed_as_interrupted_with_what_was_stored(
     # whichever is later.
     assert streaming.finished_at == max(streaming.accepted_at + timedelta(seconds=3), renewed_at)
     # Safe to run again: nothing left to close.
-    assert runs_interrupt_orphaned() == 0
+    assert len(runs_interrupt_orphaned()) == 0
 
 
 def test_a_run_ends_at_its_last_stored_chunk_when_that_is_after_the_last_renewal(
@@ -127,7 +127,7 @@ def test_a_run_ends_at_its_last_stored_chunk_when_that_is_after_the_last_renewal
 ) -> None:
     dead = lease(expired=True, renewed_at=datetime.now(UTC) - timedelta(minutes=10))
     streaming = run(org, worker=dead, chunks=2, age=timedelta(seconds=30))
-    assert runs_interrupt_orphaned() == 1
+    assert len(runs_interrupt_orphaned()) == 1
     streaming.refresh_from_db()
     assert streaming.finished_at == streaming.accepted_at + timedelta(seconds=2)
 
@@ -141,7 +141,7 @@ def test_only_runs_in_progress_whose_worker_is_gone_are_closed(org: Organization
     unowned_recent = run(org, worker="", age=UNOWNED_AFTER - timedelta(minutes=1))
     unowned_old = run(org, worker="", age=UNOWNED_AFTER + timedelta(minutes=1))
 
-    assert runs_interrupt_orphaned() == 3
+    assert len(runs_interrupt_orphaned()) == 3
 
     statuses = dict(Run.objects.filter(organization=org).values_list("id", "status"))
     assert statuses == {
@@ -158,7 +158,7 @@ def test_every_orphan_is_closed_past_one_batch(org: Organization) -> None:
     dead = lease(expired=True)
     for _ in range(7):
         run(org, worker=dead)
-    assert runs_interrupt_orphaned(batch=3) == 7
+    assert len(runs_interrupt_orphaned(batch=3)) == 7
     assert not Run.objects.filter(organization=org, status=Run.Status.IN_PROGRESS).exists()
 
 
@@ -168,7 +168,7 @@ def test_chunks_and_an_outcome_that_arrive_late_are_stored_on_an_interrupted_run
     """A dead worker's spool (or a chunk log) replayed later: the real outcome wins."""
     dead = lease(expired=True)
     streaming = run(org, worker=dead, chunks=2)
-    assert runs_interrupt_orphaned() == 1
+    assert len(runs_interrupt_orphaned()) == 1
 
     write_batch(
         [
@@ -193,7 +193,7 @@ def test_a_worker_that_was_only_cut_off_reopens_the_runs_closed_against_it(
     mine = run(org, worker=worker_id, chunks=1)
     theirs = run(org, worker=lease(expired=True))
     stopped_mine = run(org, worker=worker_id, status=Run.Status.STOPPED)
-    assert runs_interrupt_orphaned() == 2
+    assert len(runs_interrupt_orphaned()) == 2
 
     assert runs_reopen(worker_id=worker_id) == 1
 
@@ -223,7 +223,7 @@ def test_an_interrupted_run_s_hold_charges_its_stored_cost_or_else_its_prompt(
             expires_at=now - timedelta(seconds=1),
             now=now,
         )
-    assert runs_interrupt_orphaned() == 2
+    assert len(runs_interrupt_orphaned()) == 2
 
     assert budget_holds_reconcile(now=now) == 2
 
