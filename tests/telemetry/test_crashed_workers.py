@@ -254,7 +254,7 @@ def test_a_killed_worker_s_runs_are_interrupted_by_a_live_worker_within_the_leas
         assert run.finished_at is not None and run.finished_at >= run.accepted_at
         stored = RunChunk.objects.filter(run=run).count()
         assert run.chunk_count == stored  # what was stored, kept
-        assert 5 <= stored <= received[run.id]
+        assert 1 <= stored <= received[run.id]
         assert not any(s.ended_cleanly for s in streams if s.run_id == run.id)
 
     # Telemetry subscribers see the runs end. (Across workers on Redis; in embedded mode a
@@ -276,6 +276,14 @@ def test_a_killed_worker_s_runs_are_interrupted_by_a_live_worker_within_the_leas
     follower.join(timeout=5)
     assert follower.status == 200
     assert follower.events == Run.objects.get(id=ids[0]).chunk_count
+    # A replay asked for now is the stored events, and ends.
+    replayed = httpx.get(
+        f"{survivor.base_url}/v1/chat/completions/runs/{ids[1]}",
+        headers={"Authorization": f"Bearer {tenant.secret}"},
+        timeout=10,
+    )
+    assert replayed.status_code == 200
+    assert replayed.content.count(b"\n\n") == Run.objects.get(id=ids[1]).chunk_count
 
     # Stop answers as for any finished run: 404, not stopped.
     finished = wait_for_run(own.run_id, timeout=30)
