@@ -1,9 +1,10 @@
 """This worker process's lease: a heartbeat in the database, and the sweep for dead workers.
 
 Started by the ASGI lifespan (`config/asgi.py`), one per server process. A background task
-renews the lease every third of `MORTAR_WORKER_LEASE_SECONDS`, on a thread of its own with its
-own connection — never on the request path, never inside a stream — and on each pass closes
-the runs of workers whose lease expired (`telemetry.services.interruptions`).
+renews the lease every third of `MORTAR_WORKER_LEASE_SECONDS`, on a thread of its own, on a
+connection opened for the beat and closed after it — never on the request path, never inside a
+stream — and on each beat closes the runs of workers whose lease expired
+(`telemetry.services.interruptions`).
 
 The runs this process accepts name its lease (`worker_of_new_runs`) once the lease is in the
 database: a run is never owned by a lease other workers could take for missing.
@@ -24,12 +25,11 @@ import socket
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from django.conf import settings
 from django.db import connection
 
-from core.db import drop_broken_connection
 from core.loops import PerLoop
 from telemetry.events import event_publisher
 from telemetry.services.interruptions import (
@@ -52,6 +52,13 @@ RELEASE_TIMEOUT_SECONDS = 5.0
 FAILURE_LOG_EVERY_SECONDS = 30.0
 
 
+class Beat(NamedTuple):
+    """What one beat did besides renewing: runs reopened (None: no need), runs closed."""
+
+    reopened: int | None
+    closed: list[Orphan]
+
+
 class WorkerHeartbeat:
     """Hold this worker's lease while it runs; close the runs of workers that died."""
 
@@ -62,6 +69,7 @@ class WorkerHeartbeat:
         self.registered = False  # the lease is in the database: new runs may name it
         self.interrupted_total = 0  # runs of dead workers this worker closed
         self._connected_since: float | None = None
+        self._reopen_pending = False
         self._failure_logged_at = 0.0
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="worker-lease")
         self._task: asyncio.Task[None] | None = None
@@ -95,8 +103,6 @@ class WorkerHeartbeat:
         except Exception:  # the lease then expires on its own
             logger.warning("worker lease: could not release %s", self.worker_id, exc_info=True)
         finally:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._on_thread(connection.close), RELEASE_TIMEOUT_SECONDS)
             self._executor.shutdown(wait=False)
 
     async def _keep(self) -> None:
@@ -110,33 +116,51 @@ class WorkerHeartbeat:
 
     async def beat(self) -> None:
         """Renew the lease; then, if connected for a whole lease, close dead workers' runs."""
+        connected_for = (
+            0.0 if self._connected_since is None else time.monotonic() - self._connected_since
+        )
         try:
-            held = await self._on_thread(self._renew)
+            done = await self._on_thread(lambda: self._beat_here(connected_for))
         except Exception as exc:  # the database is away: try again next beat
             self._connected_since = None
             self._log_failure(exc)
             return
-        now = time.monotonic()
         if self._connected_since is None:
-            self._connected_since = now
-        if self.registered and not held:
-            # Cut off for longer than the lease: others may have closed this worker's runs.
-            reopened = await self._on_thread(lambda: runs_reopen(worker_id=self.worker_id))
-            logger.warning(
-                "worker lease %s had expired; %d of its runs reopened", self.worker_id, reopened
-            )
+            self._connected_since = time.monotonic()
         self.registered = True
-        if now - self._connected_since < self.lease_seconds:
-            return
-        try:
-            closed = await self._on_thread(runs_interrupt_orphaned)
-        except Exception as exc:
-            self._log_failure(exc)
-            return
-        if closed:
-            self.interrupted_total += len(closed)
-            logger.warning("closed %d runs of workers that died as interrupted", len(closed))
-            self._publish(closed)
+        self._reopen_pending = done.reopened is None and self._reopen_pending
+        if done.reopened is not None:
+            logger.warning(
+                "worker lease %s had expired; %d of its runs reopened",
+                self.worker_id,
+                done.reopened,
+            )
+        if done.closed:
+            self.interrupted_total += len(done.closed)
+            logger.warning("closed %d runs of workers that died as interrupted", len(done.closed))
+            self._publish(done.closed)
+
+    def _beat_here(self, connected_for: float) -> Beat:
+        """One beat's database work, on the heartbeat's thread."""
+        held = worker_lease_renew(
+            worker_id=self.worker_id,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            seconds=self.lease_seconds,
+        )
+        reopened = None
+        if self._reopen_pending or (self.registered and not held):
+            # Cut off for longer than the lease: others may have closed this worker's runs.
+            self._reopen_pending = True  # until done: a failure is tried again next beat
+            reopened = runs_reopen(worker_id=self.worker_id)
+        closed: list[Orphan] = []
+        # Connected for a whole lease: every live worker has renewed its own by now.
+        if connected_for >= self.lease_seconds:
+            try:
+                closed = runs_interrupt_orphaned()
+            except Exception as exc:  # the lease is renewed all the same
+                self._log_failure(exc)
+        return Beat(reopened=reopened, closed=closed)
 
     def _publish(self, closed: list[Orphan]) -> None:
         """Tell the runs' telemetry subscribers they ended, as their own worker would have."""
@@ -152,20 +176,18 @@ class WorkerHeartbeat:
                 message=interruption_message(run.worker),
             )
 
-    def _renew(self) -> bool:
-        return worker_lease_renew(
-            worker_id=self.worker_id,
-            host=socket.gethostname(),
-            pid=os.getpid(),
-            seconds=self.lease_seconds,
-        )
-
     async def _on_thread(self, fn: Callable[[], T]) -> T:
-        """Run `fn` on the heartbeat's thread, on a connection that works."""
+        """Run `fn` on the heartbeat's thread, on a connection of its own for the call.
+
+        Closed after each call: a beat every few seconds needs no connection held open
+        between beats (one idle backend fewer per worker).
+        """
 
         def call() -> T:
-            drop_broken_connection()
-            return fn()
+            try:
+                return fn()
+            finally:
+                connection.close()
 
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
