@@ -48,7 +48,8 @@ serve-daphne: install
 worker: install
 	$(BIN)/celery -A config worker --loglevel INFO
 
-## beat: the Celery scheduler (retention purge hourly, usage rollups every 5 minutes)
+## beat: the Celery scheduler (retention purge hourly, usage rollups every 5 minutes, a dead
+## worker's runs closed as interrupted every 10 s)
 beat: install
 	$(BIN)/celery -A config beat --loglevel INFO --schedule var/celerybeat-schedule
 

@@ -29,6 +29,7 @@ from gateway.api import CHAT_COMPLETIONS_PATH  # noqa: E402
 from gateway.coordination.stop import live_generations  # noqa: E402
 from gateway.tokens import default_counter  # noqa: E402
 from gateway.upstream.client import close_clients  # noqa: E402
+from telemetry.leases import start_worker_heartbeat, stop_worker_heartbeat  # noqa: E402
 from telemetry.writer import close_run_writer, start_run_writer  # noqa: E402
 
 chat_completions = LeanDispatch(CHAT_COMPLETIONS_PATH)
@@ -76,10 +77,13 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
             await live_generations().start()
             await lookup_cache().start()
             start_run_writer()  # drains spool files a stopped worker left behind
+            # The lease this worker's runs name; renewed in the background from now on.
+            await start_worker_heartbeat()
             tune_garbage_collector()
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             await close_run_writer()  # flush what is queued before the process ends
+            await stop_worker_heartbeat()  # after the flush: its runs are closed by now
             await close_clients()
             await backplane().close()  # a stop request no longer waits for this worker
             await send({"type": "lifespan.shutdown.complete"})

@@ -203,6 +203,13 @@ CELERY_BEAT_SCHEDULE = {
     },
     # A budget hold whose worker died expires (its deployment's total timeout + 60 s) and is
     # charged from the run's stored usage by this pass (issue 14; README, "Budgets and holds").
+    # Runs of a worker that died (its lease expired) are closed as `interrupted`; the live
+    # workers do it too, this covers a deployment whose workers all died at once.
+    "interrupt-orphaned-runs": {
+        "task": "telemetry.tasks.interrupt_orphaned_runs",
+        "schedule": 10.0,
+        "options": {"expires": 10.0},  # a pass not started in time is superseded by the next
+    },
     "reconcile-budget-holds": {
         "task": "telemetry.tasks.reconcile_budget_holds",
         "schedule": 60.0,
@@ -233,6 +240,12 @@ MORTAR_WRITER_BATCH_SIZE = env_int("MORTAR_WRITER_BATCH_SIZE", 2000)
 MORTAR_WRITER_INTERVAL_MS = env_int("MORTAR_WRITER_INTERVAL_MS", 50)
 # Queued rows past which the writer spills to its spool file under var/ instead of memory.
 MORTAR_WRITER_SPILL_AT = env_int("MORTAR_WRITER_SPILL_AT", 50_000)
+# Each worker process renews a lease in the database every third of this; once a worker's lease
+# has expired its runs still in progress are closed as `interrupted` (README, "Crashed
+# workers"): within this plus one renewal interval of a crash.
+MORTAR_WORKER_LEASE_SECONDS = env_int("MORTAR_WORKER_LEASE_SECONDS", 30)
+if MORTAR_WORKER_LEASE_SECONDS < 1:
+    raise ImproperlyConfigured("MORTAR_WORKER_LEASE_SECONDS must be at least 1")
 # Allocations between two young-generation garbage collections in a server process (Python's
 # default is 700). Streams allocate a few objects per chunk, and at 700 a collection runs
 # every few hundred chunks; under 1,000 streams those pauses were most of the p99 added gap

@@ -15,6 +15,8 @@ class Run(models.Model):
         FAILED = "failed"  # an error on Mortar's or the model's side
         STOPPED = "stopped"
         CANCELLED = "cancelled"  # the client went away mid-generation
+        # Its worker died mid-generation (its lease expired): closed with what was stored.
+        INTERRUPTED = "interrupted"
 
     class UsageSource(models.TextChoices):
         ESTIMATE = "estimate"
@@ -37,6 +39,9 @@ class Run(models.Model):
     stream = models.BooleanField(null=True)
 
     status = models.CharField(max_length=20, choices=Status.choices, db_index=True)
+    # The lease (`WorkerLease.id`) of the worker process that serves the run; blank when that
+    # process held none when it accepted the run (then only age closes it if it is left open).
+    worker = models.CharField(max_length=32, default="", blank=True)
     http_status = models.PositiveSmallIntegerField(null=True)
     error_code = models.CharField(max_length=64, default="", blank=True)
     error_message = models.TextField(default="", blank=True)
@@ -262,3 +267,23 @@ class BudgetHold(models.Model):
 
     def __str__(self) -> str:
         return self.run_id
+
+
+class WorkerLease(models.Model):
+    """A worker process's lease: renewed every few seconds while it lives.
+
+    A run is owned by the lease of the worker that accepted it (`Run.worker`). When a lease
+    expires its worker is taken for dead, and its runs still in progress are closed as
+    `interrupted` (`telemetry.services.interruptions`). Times come from the database's clock,
+    so workers on hosts whose clocks disagree still agree on what has expired.
+    """
+
+    id = models.CharField(max_length=32, primary_key=True)
+    host = models.CharField(max_length=255, default="", blank=True)
+    pid = models.PositiveIntegerField(default=0)
+    started_at = models.DateTimeField()
+    renewed_at = models.DateTimeField()
+    expires_at = models.DateTimeField(db_index=True)
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.host}:{self.pid})"

@@ -31,6 +31,7 @@ class RunRecorder:
         writer: RunWriter,
         events: EventPublisher | None,
         keep_content: bool = True,
+        worker: str = "",
     ):
         self.run_id = run_id
         self.accepted_at = accepted_at
@@ -43,6 +44,8 @@ class RunRecorder:
             "id": run_id,
             "accepted_at": accepted_at,
             "organization_id": organization_id,
+            # The lease of the worker serving it: closed as interrupted if that lease expires.
+            "worker": worker,
         }
         self._late_fields: RunFields = {}
         self._images: tuple[ImageRecord, ...] = ()

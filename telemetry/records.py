@@ -30,6 +30,7 @@ class RunFields(TypedDict, total=False):
     end_user: str
     model: str
     deployment: str
+    worker: str
     # What was received and planned.
     request_body: bytes | None
     request_bytes: int

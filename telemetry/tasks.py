@@ -1,9 +1,10 @@
-"""Celery tasks of the run store: the retention purge, the hourly usage rollups, and the
-reconciliation of budget holds whose worker died.
+"""Celery tasks of the run store: the retention purge, the hourly usage rollups, the
+reconciliation of budget holds whose worker died, and the closing of a dead worker's runs.
 
 Beat runs them (`CELERY_BEAT_SCHEDULE` in config/settings.py). Each takes simple arguments,
-calls one service and is safe to run twice, or twice at once: the purge is idempotent and the
-rollups recompute whole hours. A lost database connection is retried a bounded number of times.
+calls one service and is safe to run twice, or twice at once: the purge is idempotent, the
+rollups recompute whole hours, a run is interrupted by one conditional update. A lost database
+connection is retried a bounded number of times.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
 from telemetry.services.budgets import budget_holds_reconcile
+from telemetry.services.interruptions import runs_interrupt_orphaned
 from telemetry.services.retention import runs_purge_expired
 from telemetry.services.rollups import usage_rollups_catch_up
 
@@ -44,3 +46,9 @@ def rollup_usage(hours: int = 2) -> dict[str, int]:
 def reconcile_budget_holds() -> int:
     """Charge and release the budget holds that expired (their worker died mid-generation)."""
     return budget_holds_reconcile(now=datetime.now(UTC))
+
+
+@retried_task
+def interrupt_orphaned_runs() -> int:
+    """Close as interrupted the runs in progress of workers whose lease expired (they died)."""
+    return len(runs_interrupt_orphaned())

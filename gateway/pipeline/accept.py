@@ -13,6 +13,7 @@ from core.errors import RequestTooLarge
 from core.http.requests import AnyRequest, body_of, request_id_of
 from core.ids import new_hex_id
 from telemetry.events import event_publisher
+from telemetry.leases import worker_of_new_runs
 from telemetry.recording import RunRecorder
 from telemetry.writer import run_writer
 
@@ -46,6 +47,7 @@ def run_recorder(accepted: Accepted, key: ApiKey, request: AnyRequest) -> RunRec
         accepted_at=accepted.accepted_at,
         organization_id=organization.id,
         writer=run_writer(),
+        worker=worker_of_new_runs(),
         events=event_publisher(),
         keep_content=organization.retention == Organization.Retention.FULL,
     )

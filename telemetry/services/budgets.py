@@ -267,13 +267,18 @@ def budget_hold_settle(*, run_id: str, cost: Decimal) -> Decimal | None:
         return budget_holds_settle([(run_id, cost)]).get(run_id)
 
 
+# A run in these states was generating when its worker was killed: the model server had its
+# prompt, whatever else was stored.
+_CUT_SHORT = (Run.Status.IN_PROGRESS, Run.Status.INTERRUPTED)
+
+
 def _reconciled_cost(run_id: str, hold: BudgetHold) -> Decimal:
     """What an expired hold's run cost, from what was stored of it: its cost when it closed
     with one; nothing when it closed without (it never reached generation); else — still in
-    progress, or never stored, its worker killed — the prompt alone, which the model server
-    had received."""
+    progress, interrupted (its worker killed), or never stored — its stored cost, or the
+    prompt alone when it has none, which the model server had received."""
     stored = Run.objects.filter(id=run_id).values_list("status", "cost").first()
-    if stored is None or stored[0] == Run.Status.IN_PROGRESS:
+    if stored is None or stored[0] in _CUT_SHORT:
         return hold.prompt_usd if stored is None or stored[1] is None else stored[1]
     return stored[1] if stored[1] is not None else Decimal(0)
 

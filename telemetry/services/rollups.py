@@ -13,11 +13,11 @@ Issue 4, item 6: the dashboard reads these rows instead of scanning runs. Decisi
   for (this keeps the search on the `accepted_at` index; `finished_at` has none).
 - **In-progress runs are left out**: a run counts once it has an outcome, in the hour it was
   accepted; that hour is recomputed because the run's `finished_at` is recent. So every run
-  counted has finished, and `latency_ms_sum / requests` is the mean latency. A run left
-  `in_progress` forever (a crashed server) is never counted.
-- **An error** is a run that did not deliver its answer: status `failed` or `refused`, or any
-  HTTP status >= 400. `stopped` and `cancelled` runs are not errors (the client chose so);
-  a stream that failed after its 200 is (status `failed`).
+  counted has finished, and `latency_ms_sum / requests` is the mean latency. A run whose
+  worker crashed is counted once it is closed as `interrupted` (within the worker lease).
+- **An error** is a run that did not deliver its answer: status `failed`, `refused` or
+  `interrupted`, or any HTTP status >= 400. `stopped` and `cancelled` runs are not errors (the
+  client chose so); a stream that failed after its 200 is (status `failed`).
 - Nulls count as 0; a shared (deduplicated) run counts as a request, its cost is already 0.
 - Latency and time to first token are summed as intervals and floored to milliseconds.
 - Recomputing an hour whose runs retention has purged would shrink its rows: recompute old
@@ -46,7 +46,9 @@ LATE_FINISH_WINDOW = timedelta(hours=24)
 MAX_CATCH_UP = timedelta(days=7)
 WATERMARK_KEY = "telemetry:usage-rollups:watermark"
 
-IS_ERROR = Q(status__in=[Run.Status.FAILED, Run.Status.REFUSED]) | Q(http_status__gte=400)
+IS_ERROR = Q(status__in=[Run.Status.FAILED, Run.Status.REFUSED, Run.Status.INTERRUPTED]) | Q(
+    http_status__gte=400
+)
 GROUP_FIELDS = ["hour", "organization", "api_key_id", "end_user", "model", "deployment"]
 MEASURE_FIELDS = [
     "requests",

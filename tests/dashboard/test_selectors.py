@@ -22,7 +22,8 @@ from dashboard.selectors.runs import Cursor, RunFilters, runs_page
 from dashboard.selectors.sessions import SessionQuery, session_summaries
 from gateway.relay.chunks import DONE, ChunkEncoder
 from gateway.tokens import default_counter
-from telemetry.models import Run, RunChunk
+from telemetry.models import Run, RunChunk, WorkerLease
+from telemetry.services.interruptions import runs_interrupt_orphaned
 from telemetry.services.rollups import usage_rollups_refresh
 
 pytestmark = pytest.mark.django_db
@@ -335,6 +336,31 @@ def test_reply_is_put_back_together_from_a_stream() -> None:
     assert (reply_of([body]).content, reply_of([body]).finish_reason) == ("Whole.", "length")
     error = reply_of([b'data: {"error": {"message": "boom", "code": "upstream_error"}}\n\n'])
     assert error.error == {"message": "boom", "code": "upstream_error"}
+
+
+def test_a_crashed_worker_s_run_leaves_the_generations_in_flight_once_interrupted(
+    org: Organization,
+) -> None:
+    now = datetime.now(UTC)
+    WorkerLease.objects.create(
+        id="live-dead-worker",
+        started_at=now - timedelta(minutes=5),
+        renewed_at=now - timedelta(seconds=40),
+        expires_at=now - timedelta(seconds=10),
+    )
+    crashed = make_run(
+        org,
+        status=Run.Status.IN_PROGRESS,
+        accepted_at=now - timedelta(minutes=1),
+        finished_at=None,
+        worker="live-dead-worker",
+    )
+    in_flight = [g.id for g in generations_in_flight(now=now) if g.organization_id == org.pk]
+    assert in_flight == [crashed.pk]
+
+    assert len(runs_interrupt_orphaned()) == 1
+
+    assert [g for g in generations_in_flight(now=now) if g.organization_id == org.pk] == []
 
 
 def test_generations_in_flight_count_the_tokens_stored_so_far(org: Organization) -> None:

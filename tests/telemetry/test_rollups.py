@@ -14,7 +14,8 @@ from django.core.management import call_command
 
 from accounts.models import ApiKey, Organization
 from accounts.services import key_create
-from telemetry.models import Run, UsageRollup
+from telemetry.models import Run, UsageRollup, WorkerLease
+from telemetry.services.interruptions import runs_interrupt_orphaned
 from telemetry.services.rollups import (
     WATERMARK_KEY,
     RollupCounts,
@@ -310,6 +311,37 @@ def test_a_run_still_streaming_is_counted_when_its_hour_is_recomputed_after_it_f
     [row] = _rows(org)
     assert (row["requests"], row["errors"], row["completion_tokens"]) == (1, 0, 4000)
     assert (row["latency_ms_sum"], row["ttft_ms_sum"], row["ttft_count"]) == (7_200_000, 40, 1)
+
+
+def test_a_crashed_worker_s_run_is_counted_as_an_error_once_it_is_interrupted(
+    org: Organization, key: ApiKey
+) -> None:
+    last_seen = HOUR + timedelta(minutes=30)
+    WorkerLease.objects.create(
+        id="rollups-dead-worker",
+        started_at=HOUR,
+        renewed_at=last_seen,
+        expires_at=last_seen + timedelta(seconds=30),
+    )
+    _run(
+        org,
+        key=key,
+        at=HOUR + timedelta(minutes=10),
+        status="in_progress",
+        http_status=None,
+        ttft_ms=50,
+        prompt_tokens=9,
+        worker="rollups-dead-worker",
+    )
+    assert usage_rollup_hour_recompute(hour=HOUR) == 0  # in progress: not counted yet
+
+    assert len(runs_interrupt_orphaned()) == 1
+    assert usage_rollup_hour_recompute(hour=HOUR) == 1
+
+    [row] = _rows(org)
+    assert (row["requests"], row["errors"], row["prompt_tokens"]) == (1, 1, 9)
+    # It ended when its worker was last seen, 20 minutes after it was accepted.
+    assert (row["latency_ms_sum"], row["ttft_ms_sum"], row["ttft_count"]) == (1_200_000, 50, 1)
 
 
 def test_a_late_run_in_an_old_hour_is_picked_up_when_that_hour_is_recomputed(

@@ -1,0 +1,176 @@
+"""Crash accounting: worker leases, and closing the runs of a worker that died as `interrupted`.
+
+Each worker process holds a lease (`WorkerLease`), renewed every few seconds by
+`telemetry.leases`; every run it accepts names it (`Run.worker`). A worker killed mid-stream
+(kill -9, OOM, a lost host) never closes its runs; once its lease has expired, any live
+worker's heartbeat or the Celery beat closes them here as `interrupted`, with what was stored:
+chunks and usage are kept, the chunk count is what was stored, the end time is when the worker
+was last known alive (its last renewal or its last stored chunk, whichever is later).
+
+- Expiry is judged by the database's clock (`Now()`), never a worker's: hosts whose clocks
+  disagree still agree on which lease has expired.
+- Closing is one conditional UPDATE per run (`status = 'in_progress'`), so several workers and
+  the beat sweeping at once close each run exactly once, and a run whose real outcome was
+  written meanwhile is left alone.
+- A run stays open to late rows: chunks appended after the close are stored as any chunk, and
+  an outcome that arrives later (the worker's spool drained by a restarted worker, or a worker
+  that was only cut off from the database) replaces the interruption — the real outcome wins.
+- A worker that finds its own lease expired while it was alive (cut off from the database for
+  longer than its lease) reopens the runs it had closed against it (`runs_reopen`): they are
+  still streaming, and their real outcomes follow.
+- A run no lease owns (accepted before leases existed, or while its worker could not yet
+  register one) is closed once it is `UNOWNED_AFTER` old, longer than any generation runs.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import NamedTuple
+
+from django.db.models import (
+    Count,
+    DateTimeField,
+    ExpressionWrapper,
+    Max,
+    Q,
+    Subquery,
+    Value,
+)
+from django.db.models.expressions import CombinedExpression
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from telemetry.models import Run, WorkerLease
+
+WORKER_INTERRUPTED = "worker_interrupted"
+UNOWNED_AFTER = timedelta(hours=6)
+# Expired leases are kept this long (their last renewal dates their runs' end), then deleted.
+LEASE_KEPT_FOR = timedelta(days=1)
+SWEEP_BATCH = 500
+
+
+class Orphan(NamedTuple):
+    """A run in progress no live worker serves, with what was stored of its stream."""
+
+    id: str
+    organization_id: int
+    session: str
+    worker: str
+    accepted_at: datetime
+    stored: int  # chunks stored
+    last_offset_us: int | None  # the last stored chunk's offset
+
+
+def _from_now(seconds: float) -> ExpressionWrapper[CombinedExpression]:
+    return ExpressionWrapper(
+        Now() + Value(timedelta(seconds=seconds)), output_field=DateTimeField()
+    )
+
+
+def worker_lease_renew(*, worker_id: str, host: str, pid: int, seconds: float) -> bool:
+    """Extend the worker's lease to `seconds` from now; True if it was still held, False if it
+    had expired or did not exist (it is taken again, or created)."""
+    expires_at = _from_now(seconds)
+    held = WorkerLease.objects.filter(id=worker_id, expires_at__gt=Now()).update(
+        renewed_at=Now(), expires_at=expires_at
+    )
+    if held:
+        return True
+    taken_again = WorkerLease.objects.filter(id=worker_id).update(
+        renewed_at=Now(), expires_at=expires_at
+    )
+    if not taken_again:
+        WorkerLease.objects.create(
+            id=worker_id,
+            host=host,
+            pid=pid,
+            started_at=Now(),
+            renewed_at=Now(),
+            expires_at=expires_at,
+        )
+    return False
+
+
+def worker_lease_release(*, worker_id: str) -> None:
+    """Give the lease up (a clean shutdown): any run of the worker still open is orphaned now."""
+    WorkerLease.objects.filter(id=worker_id).delete()
+
+
+def runs_reopen(*, worker_id: str) -> int:
+    """Reopen the runs closed as interrupted against a worker that turns out to be alive."""
+    return Run.objects.filter(
+        worker=worker_id, status=Run.Status.INTERRUPTED, error_code=WORKER_INTERRUPTED
+    ).update(status=Run.Status.IN_PROGRESS, finished_at=None, error_code="", error_message="")
+
+
+def runs_interrupt_orphaned(*, batch: int = SWEEP_BATCH) -> list[Orphan]:
+    """Close as interrupted every run in progress whose worker's lease has expired (or that no
+    lease owns and is older than `UNOWNED_AFTER`); return the runs this call closed."""
+    closed: list[Orphan] = []
+    while True:
+        orphans = _orphans(batch)
+        last_seen = dict(
+            WorkerLease.objects.filter(id__in={run.worker for run in orphans}).values_list(
+                "id", "renewed_at"
+            )
+        )
+        closed.extend(run for run in orphans if _interrupt(run, last_seen.get(run.worker)))
+        # Each pass moves on: a run closed here, or by another sweeper, is no longer found.
+        if len(orphans) < batch:
+            break
+    # Their runs all closed, long-expired leases go (a run that names a lease no longer there
+    # is closed all the same).
+    WorkerLease.objects.filter(
+        expires_at__lt=ExpressionWrapper(
+            Now() - Value(LEASE_KEPT_FOR), output_field=DateTimeField()
+        )
+    ).delete()
+    return closed
+
+
+def _orphans(batch: int) -> list[Orphan]:
+    """Runs in progress that no live worker serves, with their stored chunks' count and end."""
+    live = WorkerLease.objects.filter(expires_at__gt=Now()).values("id")
+    dead_owner = ~Q(worker="") & ~Q(worker__in=Subquery(live))
+    old_unowned = Q(worker="", accepted_at__lt=timezone.now() - UNOWNED_AFTER)
+    rows = (
+        Run.objects.filter(status=Run.Status.IN_PROGRESS)
+        .filter(dead_owner | old_unowned)
+        .values("id", "organization_id", "session", "worker", "accepted_at")
+        .annotate(stored=Count("chunks"), last_offset_us=Max("chunks__offset_us"))
+        .values_list(
+            "id",
+            "organization_id",
+            "session",
+            "worker",
+            "accepted_at",
+            "stored",
+            "last_offset_us",
+        )
+        .order_by()[:batch]
+    )
+    return [Orphan._make(row) for row in rows]
+
+
+def _interrupt(run: Orphan, last_renewed: datetime | None) -> bool:
+    """Close one run as interrupted unless it was closed meanwhile; True if this call did."""
+    ends = [run.accepted_at]
+    if run.last_offset_us is not None:
+        ends.append(run.accepted_at + timedelta(microseconds=run.last_offset_us))
+    if last_renewed is not None:
+        ends.append(last_renewed)
+    updated = Run.objects.filter(pk=run.id, status=Run.Status.IN_PROGRESS).update(
+        status=Run.Status.INTERRUPTED,
+        finished_at=max(ends),
+        error_code=WORKER_INTERRUPTED,
+        error_message=interruption_message(run.worker),
+        chunk_count=run.stored,
+    )
+    return updated == 1
+
+
+def interruption_message(worker: str) -> str:
+    return (
+        f"The worker serving this run (lease {worker or 'none'}) stopped before it finished; "
+        "the run is closed with what was stored."
+    )

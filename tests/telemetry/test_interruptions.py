@@ -1,0 +1,231 @@
+"""Crash accounting, in the database: worker leases, and a dead worker's runs closed as
+`interrupted` with what was stored (the processes themselves: tests/test_crashed_workers.py)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+
+from accounts.models import Organization
+from telemetry.costs import Prices
+from telemetry.models import Run, RunChunk, WorkerLease
+from telemetry.services.budgets import Budget, budget_hold, budget_holds_reconcile
+from telemetry.services.interruptions import (
+    UNOWNED_AFTER,
+    WORKER_INTERRUPTED,
+    runs_interrupt_orphaned,
+    runs_reopen,
+    worker_lease_release,
+    worker_lease_renew,
+)
+from telemetry.writer import ChunkSent, RunClosed, write_batch
+
+pytestmark = pytest.mark.django_db
+
+# No real key's id: other tests commit ledger rows of their keys.
+KEY_ID = 10**12 + 15
+USAGE = {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}
+
+
+@pytest.fixture
+def org() -> Organization:
+    return Organization.objects.create(name=f"crash-{uuid.uuid4().hex[:12]}")
+
+
+def lease(*, expired: bool, renewed_at: datetime | None = None) -> str:
+    """A lease row: expired (its worker died) or live."""
+    now = datetime.now(UTC)
+    renewed_at = renewed_at or now - timedelta(seconds=40)
+    worker_id = uuid.uuid4().hex[:16]
+    WorkerLease.objects.create(
+        id=worker_id,
+        host="test",
+        pid=1,
+        started_at=renewed_at - timedelta(hours=1),
+        renewed_at=renewed_at,
+        expires_at=now - timedelta(seconds=10) if expired else now + timedelta(hours=1),
+    )
+    return worker_id
+
+
+def run(
+    org: Organization,
+    *,
+    worker: str,
+    status: str = Run.Status.IN_PROGRESS,
+    age: timedelta = timedelta(minutes=1),
+    chunks: int = 0,
+) -> Run:
+    accepted_at = datetime.now(UTC) - age
+    made = Run.objects.create(
+        id=f"chatcmpl-{uuid.uuid4().hex[:24]}",
+        organization=org,
+        status=status,
+        worker=worker,
+        stream=True,
+        accepted_at=accepted_at,
+        prompt_tokens=12,
+        usage=USAGE if chunks else None,
+    )
+    RunChunk.objects.bulk_create(
+        RunChunk(run=made, seq=seq, offset_us=(seq + 1) * 1_000_000, data=b"data: {}\n\n")
+        for seq in range(chunks)
+    )
+    return made
+
+
+def test_a_lease_is_taken_then_renewed_and_released() -> None:
+    worker_id = uuid.uuid4().hex[:16]
+    assert worker_lease_renew(worker_id=worker_id, host="h", pid=7, seconds=30) is False
+    first = WorkerLease.objects.get(id=worker_id)
+    assert (first.host, first.pid) == ("h", 7)
+    assert first.expires_at > first.renewed_at
+
+    assert worker_lease_renew(worker_id=worker_id, host="h", pid=7, seconds=30) is True
+    assert WorkerLease.objects.get(id=worker_id).expires_at >= first.expires_at
+
+    worker_lease_release(worker_id=worker_id)
+    assert not WorkerLease.objects.filter(id=worker_id).exists()
+
+
+def test_an_expired_lease_renewed_says_it_had_expired() -> None:
+    worker_id = lease(expired=True)
+    assert worker_lease_renew(worker_id=worker_id, host="h", pid=7, seconds=30) is False
+    assert WorkerLease.objects.get(id=worker_id).expires_at > datetime.now(UTC)
+    assert worker_lease_renew(worker_id=worker_id, host="h", pid=7, seconds=30) is True
+
+
+def test_a_dead_worker_s_run_is_closed_as_interrupted_with_what_was_stored(
+    org: Organization,
+) -> None:
+    renewed_at = datetime.now(UTC) - timedelta(seconds=50)
+    dead = lease(expired=True, renewed_at=renewed_at)
+    streaming = run(org, worker=dead, chunks=3, age=timedelta(seconds=60))
+
+    assert len(runs_interrupt_orphaned()) == 1
+
+    streaming.refresh_from_db()
+    assert streaming.status == Run.Status.INTERRUPTED
+    assert streaming.error_code == WORKER_INTERRUPTED
+    assert dead in streaming.error_message
+    assert streaming.chunk_count == 3
+    assert RunChunk.objects.filter(run=streaming).count() == 3
+    assert streaming.usage == USAGE  # what was stored is kept
+    assert streaming.prompt_tokens == 12
+    # Ended when the worker was last seen: its last chunk (at 3 s) or its last renewal,
+    # whichever is later.
+    assert streaming.finished_at == max(streaming.accepted_at + timedelta(seconds=3), renewed_at)
+    # Safe to run again: nothing left to close.
+    assert len(runs_interrupt_orphaned()) == 0
+
+
+def test_a_run_ends_at_its_last_stored_chunk_when_that_is_after_the_last_renewal(
+    org: Organization,
+) -> None:
+    dead = lease(expired=True, renewed_at=datetime.now(UTC) - timedelta(minutes=10))
+    streaming = run(org, worker=dead, chunks=2, age=timedelta(seconds=30))
+    assert len(runs_interrupt_orphaned()) == 1
+    streaming.refresh_from_db()
+    assert streaming.finished_at == streaming.accepted_at + timedelta(seconds=2)
+
+
+def test_only_runs_in_progress_whose_worker_is_gone_are_closed(org: Organization) -> None:
+    dead, alive = lease(expired=True), lease(expired=False)
+    orphan = run(org, worker=dead)
+    never_leased = run(org, worker="f" * 16)  # its lease row is gone: released, or purged
+    live = run(org, worker=alive)
+    finished = run(org, worker=dead, status=Run.Status.COMPLETED)
+    unowned_recent = run(org, worker="", age=UNOWNED_AFTER - timedelta(minutes=1))
+    unowned_old = run(org, worker="", age=UNOWNED_AFTER + timedelta(minutes=1))
+
+    assert len(runs_interrupt_orphaned()) == 3
+
+    statuses = dict(Run.objects.filter(organization=org).values_list("id", "status"))
+    assert statuses == {
+        orphan.id: Run.Status.INTERRUPTED,
+        never_leased.id: Run.Status.INTERRUPTED,
+        unowned_old.id: Run.Status.INTERRUPTED,
+        live.id: Run.Status.IN_PROGRESS,
+        unowned_recent.id: Run.Status.IN_PROGRESS,
+        finished.id: Run.Status.COMPLETED,
+    }
+
+
+def test_every_orphan_is_closed_past_one_batch(org: Organization) -> None:
+    dead = lease(expired=True)
+    for _ in range(7):
+        run(org, worker=dead)
+    assert len(runs_interrupt_orphaned(batch=3)) == 7
+    assert not Run.objects.filter(organization=org, status=Run.Status.IN_PROGRESS).exists()
+
+
+def test_chunks_and_an_outcome_that_arrive_late_are_stored_on_an_interrupted_run(
+    org: Organization,
+) -> None:
+    """A dead worker's spool (or a chunk log) replayed later: the real outcome wins."""
+    dead = lease(expired=True)
+    streaming = run(org, worker=dead, chunks=2)
+    assert len(runs_interrupt_orphaned()) == 1
+
+    write_batch(
+        [
+            ChunkSent(streaming.id, 2, 3_500_000, b"data: late\n\n"),
+            RunClosed(
+                streaming.id,
+                {"status": Run.Status.COMPLETED, "http_status": 200, "chunk_count": 3},
+            ),
+        ],
+        replay=True,
+    )
+
+    streaming.refresh_from_db()
+    assert RunChunk.objects.filter(run=streaming).count() == 3
+    assert (streaming.status, streaming.chunk_count) == (Run.Status.COMPLETED, 3)
+
+
+def test_a_worker_that_was_only_cut_off_reopens_the_runs_closed_against_it(
+    org: Organization,
+) -> None:
+    worker_id = lease(expired=True)
+    mine = run(org, worker=worker_id, chunks=1)
+    theirs = run(org, worker=lease(expired=True))
+    stopped_mine = run(org, worker=worker_id, status=Run.Status.STOPPED)
+    assert len(runs_interrupt_orphaned()) == 2
+
+    assert runs_reopen(worker_id=worker_id) == 1
+
+    mine.refresh_from_db()
+    assert (mine.status, mine.finished_at, mine.error_code) == (Run.Status.IN_PROGRESS, None, "")
+    assert Run.objects.get(id=theirs.id).status == Run.Status.INTERRUPTED
+    assert Run.objects.get(id=stopped_mine.id).status == Run.Status.STOPPED
+
+
+def test_an_interrupted_run_s_hold_charges_its_stored_cost_or_else_its_prompt(
+    org: Organization,
+) -> None:
+    """Reconciled on expiry like any hold of a dead worker: never charged nothing."""
+    dead = lease(expired=True)
+    without_cost = run(org, worker=dead, chunks=1)
+    with_cost = run(org, worker=dead, chunks=2)
+    Run.objects.filter(id=with_cost.id).update(cost=Decimal("0.000250"))
+    budget = Budget("key", KEY_ID, Decimal("1"), "total")
+    now = datetime.now(UTC)
+    for held in (without_cost, with_cost):
+        budget_hold(
+            run_id=held.id,
+            budgets=[budget],
+            prompt_tokens=100,
+            max_tokens=100,
+            prices=Prices(input=Decimal("1.2"), output=Decimal("2")),
+            expires_at=now - timedelta(seconds=1),
+            now=now,
+        )
+    assert len(runs_interrupt_orphaned()) == 2
+
+    assert budget_holds_reconcile(now=now) == 2
+
+    charged = dict(Run.objects.filter(organization=org).values_list("id", "charged_usd"))
+    assert charged == {without_cost.id: Decimal("0.000120"), with_cost.id: Decimal("0.000250")}
