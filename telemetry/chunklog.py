@@ -105,12 +105,6 @@ class ChunkLog:
     def unacknowledged(self) -> int:
         return self._appended - self._acked
 
-    @property
-    def paths(self) -> list[Path]:
-        """This log's segments on disk, oldest first."""
-        segments = [*self._full, *([self._segment] if self._segment else [])]
-        return [segment.path for segment in segments]
-
     # The request path: no disk I/O, one buffered bytes object a row.
 
     def append_chunk(self, chunk: Chunk) -> None:
