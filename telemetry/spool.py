@@ -267,6 +267,21 @@ class Spool:
             self._files.append(self._appending)
         self._appending.append(batches, queued_at)
 
+    def append_apart(self, batches: Sequence[list[Row]], queued_at: float) -> None:
+        """Append batches to a file of their own, drained after every file held now, durably.
+
+        For rows that must follow the files just claimed: a dead writer's unstored log rows
+        come after what it spooled (`telemetry.chunklog`).
+        """
+        self.directory.mkdir(parents=True, exist_ok=True)
+        spool = SpoolFile.create(self._name("spool"))
+        try:
+            spool.append(batches, queued_at)
+        except BaseException:
+            spool.remove()
+            raise
+        self._files.append(spool)
+
     def head(self) -> list[Row] | None:
         """The oldest batch not yet in the database (the same one until `advance`)."""
         while self._files:

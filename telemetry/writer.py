@@ -22,6 +22,10 @@ database outage. So:
   Postgres, at little CPU a row: ``telemetry.postgres_writes``.
 - On shutdown ``close()`` writes what it can; what it cannot stays in the spool for the next
   start.
+- Against a crash (kill -9), every row queued is also appended to the writer's log
+  (``telemetry.chunklog``, written once per event-loop pass) and acknowledged there once it is
+  in the database or the spool; a writer starting up (and every minute after) moves the rows
+  dead processes' logs hold unacknowledged into its spool, after their spool files.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from django.db import connection, transaction
 
 from core.db import DatabaseAway, drop_broken_connection
 from core.loops import PerLoop
-from telemetry import postgres_writes
+from telemetry import chunklog, postgres_writes
 from telemetry.images import RunImages, fields_with_references, hashed, run_images_write
 from telemetry.models import Run, RunChunk
 from telemetry.records import ImageRecord, RunFields
@@ -254,6 +258,7 @@ class RunWriter:
         interval: float,
         spool_dir: Path | None = None,
         spill_at: int | None = None,
+        log_dir: Path | None = None,
     ):
         self.batch_size = batch_size
         self.interval = interval
@@ -270,7 +275,11 @@ class RunWriter:
         self._idle = asyncio.Event()
         self._idle.set()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="run-writer")
-        self._spool = Spool(spool_dir or Path(settings.VAR_DIR) / "spool")
+        var_dir = Path(settings.VAR_DIR)
+        self._spool = Spool(spool_dir or var_dir / "spool")
+        if log_dir is None:  # beside the spool: a writer given a spool of its own keeps to it
+            log_dir = spool_dir.with_name(f"{spool_dir.name}-log") if spool_dir else None
+        self._log = chunklog.ChunkLog(log_dir or var_dir / "chunklog")
         # Copies of the spool's counters, refreshed after each call on the writer's thread.
         self._spooled = 0
         self._spooled_since: float | None = None
@@ -305,7 +314,12 @@ class RunWriter:
         return lag
 
     def submit(self, item: WriterItem) -> None:
-        """Queue a row; never blocks and never touches the database or the disk."""
+        """Queue a row; never blocks and never touches the database or the disk (the log writes
+        once this pass of the event loop ends)."""
+        if type(item) is ChunkSent:
+            self._log.append_chunk(item)
+        else:
+            self._log.append_row(encode_row(item))
         now = time.monotonic()
         if not self._marks or now - self._marks[-1][1] >= MARK_EVERY_SECONDS:
             self._marks.append((self._submitted, now))
@@ -352,8 +366,10 @@ class RunWriter:
                 # without resetting): spool the queue to a file of its own and give up on it.
                 self._task.cancel()
                 self._spool_aside()
+                self._log.close()
                 self._executor.shutdown(wait=False)
                 return
+        self._log.close()  # deleted if every row is stored, else left for the next start
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, self._spool.close)
         await loop.run_in_executor(self._executor, _close_connection)
@@ -377,6 +393,7 @@ class RunWriter:
             return
         finally:
             spool.close()
+        self._log.ack(self._submitted)
         logger.error(
             "run writer: the database hangs; %d queued rows spooled for the next start", len(rows)
         )
@@ -450,6 +467,7 @@ class RunWriter:
         if not await self._try(self._write, batch, False):
             return False
         self._take(len(batch))
+        self._log.ack(self._taken)
         return True
 
     async def _try(self, fn: Callable[..., None], *args: Any) -> bool:
@@ -521,6 +539,7 @@ class RunWriter:
         try:
             await self._on_thread(self._append_to_spool, items, queued_at)
             self.spilled_total += count
+            self._log.ack(self._taken)
         except Exception:
             # The disk refused too: keep the rows in memory, in order, and try again later.
             logger.exception("run writer: could not spool %d rows; keeping them queued", count)
@@ -536,9 +555,30 @@ class RunWriter:
 
     async def _claim_orphans(self) -> None:
         try:
-            await self._on_thread(self._spool.claim_orphans)
+            await self._on_thread(self._claim_leftovers)
         except Exception:
-            logger.exception("run writer: could not claim leftover spool files")
+            logger.exception("run writer: could not claim leftover spool files and logs")
+
+    def _claim_leftovers(self) -> None:
+        """Claim dead processes' spool files, then the rows their logs hold unacknowledged.
+
+        One claimer at a time (the log directory's lock), logs before spool files: a process
+        that dies in between leaves both for the next claim, never its log rows (newer)
+        replayed before its spool (older) — a run's outcome before its row, a chunk before
+        its run.
+        """
+        with chunklog.claim_lock(self._log.directory):
+            orphans = chunklog.claim_orphans(self._log.directory)
+            try:
+                self._spool.claim_orphans()
+                if orphans.rows:
+                    rows, size = orphans.rows, self.batch_size
+                    batches = [rows[i : i + size] for i in range(0, len(rows), size)]
+                    self._spool.append_apart(batches, time.time())
+            except BaseException:
+                orphans.release()  # still locked by nobody: the next claim replays them
+                raise
+            orphans.remove()
 
     async def _back_off(self) -> None:
         """Wait before the next try; spool meanwhile if rows pile up, stop waiting to close."""
