@@ -229,6 +229,10 @@ MORTAR_WRITER_BATCH_SIZE = env_int("MORTAR_WRITER_BATCH_SIZE", 2000)
 MORTAR_WRITER_INTERVAL_MS = env_int("MORTAR_WRITER_INTERVAL_MS", 50)
 # Queued rows past which the writer spills to its spool file under var/ instead of memory.
 MORTAR_WRITER_SPILL_AT = env_int("MORTAR_WRITER_SPILL_AT", 50_000)
+# Concurrent `GET /v1/telemetry/stream` streams one organization, and one key, may hold on one
+# worker process; past them a 429 `too_many_streams` (README, "Redis trouble and fair telemetry").
+MORTAR_TELEMETRY_STREAMS_PER_ORG = env_int("MORTAR_TELEMETRY_STREAMS_PER_ORG", 50)
+MORTAR_TELEMETRY_STREAMS_PER_KEY = env_int("MORTAR_TELEMETRY_STREAMS_PER_KEY", 20)
 # Allocations between two young-generation garbage collections in a server process (Python's
 # default is 700). Streams allocate a few objects per chunk, and at 700 a collection runs
 # every few hundred chunks; under 1,000 streams those pauses were most of the p99 added gap
