@@ -91,6 +91,14 @@ def test_a_worker_started_while_redis_is_unreachable_serves_what_it_can_then_rec
         )
         assert stream.status_code == 503
         assert stream.json()["error"]["code"] == "backend_unavailable"
+        # A stop this worker cannot answer itself asks every worker, through Redis.
+        stop = httpx.post(
+            f"{server.base_url}/v1/generations/chatcmpl-elsewhere/stop",
+            headers={"Authorization": f"Bearer {new_tenant.secret}"},
+            timeout=30,
+        )
+        assert stop.status_code == 503
+        assert stop.json()["error"]["code"] == "backend_unavailable"
 
         # Redis comes back: the worker reconnects by itself and works fully.
         redis_proxy.restore()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from asyncio import FIRST_COMPLETED
 from collections.abc import Callable
 
 import redis.asyncio as redis
@@ -42,6 +43,7 @@ class BroadcastListener:
         self._on_subscribed = subscribed
         self._task: asyncio.Task[None] | None = None
         self._subscribed = asyncio.Event()
+        self._failed = asyncio.Event()  # set while the last attempt failed
         self._failures = 0
 
     def listening(self) -> bool:
@@ -51,16 +53,33 @@ class BroadcastListener:
         """Start listening in the background unless it is."""
         if self._task is None or self._task.done():
             self._subscribed.clear()
+            self._failed.clear()
+            self._failures = 0
             self._task = asyncio.get_running_loop().create_task(self._listen())
 
     async def start(self) -> bool:
         """Listen; return once subscribed, True if the subscription was made just now; raise
-        TimeoutError after SUBSCRIBE_SECONDS (the listener goes on trying)."""
+        ConnectionError once an attempt failed (at once while Redis is known to be out of
+        reach), TimeoutError after SUBSCRIBE_SECONDS. The listener goes on trying."""
         if self.listening():
             return False
         self.listen()
-        await asyncio.wait_for(self._subscribed.wait(), SUBSCRIBE_SECONDS)
-        return True
+        if self._failures:
+            raise ConnectionError("Redis is out of reach")
+        subscribed = asyncio.ensure_future(self._subscribed.wait())
+        failed = asyncio.ensure_future(self._failed.wait())
+        try:
+            await asyncio.wait(
+                {subscribed, failed}, timeout=SUBSCRIBE_SECONDS, return_when=FIRST_COMPLETED
+            )
+        finally:
+            subscribed.cancel()
+            failed.cancel()
+        if self._subscribed.is_set():
+            return True
+        if self._failed.is_set():
+            raise ConnectionError("Redis is out of reach")
+        raise TimeoutError("the broadcast's subscription was not confirmed in time")
 
     async def close(self) -> None:
         if self._task is not None and not self._task.done():
@@ -93,11 +112,13 @@ class BroadcastListener:
         if self._failures:
             logger.warning("backplane: the broadcast's Redis connection is back")
         self._failures = 0
+        self._failed.clear()
         self._subscribed.set()
         self._on_subscribed()
 
     def _lost(self, error: Exception) -> None:
         self._subscribed.clear()
+        self._failed.set()
         self._failures += 1
         if self._failures == 1:
             logger.warning(

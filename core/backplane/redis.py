@@ -42,6 +42,7 @@ logger = logging.getLogger(__name__)
 
 PING_SECONDS = 2.0
 CONNECT_SECONDS = 2.0  # a Redis that does not even refuse (a lost host) is given up on
+READ_MARGIN_SECONDS = 5.0  # past its BLOCK, a read whose answer has not come is given up on
 UNREACHABLE = (RedisConnectionError, RedisTimeoutError, ConnectionError, TimeoutError)
 # GCRA over a request's buckets, atomic in Redis (`ratelimit.lua`); sent by its SHA1, and once
 # in full when Redis does not know it yet (after a restart or SCRIPT FLUSH).
@@ -84,9 +85,13 @@ def unavailable_on_error() -> Iterator[None]:
 
 def _without_retries(url: str) -> redis_async.Redis:
     # A client whose errors reach its caller at once, for a caller that reconnects itself
-    # (and must know when it had to).
+    # (and must know when it had to). No socket timeout: its reads block on purpose (pub/sub,
+    # XREAD BLOCK), and redis-py's default (5 s) would end them; `read_streams` bounds its own.
     return redis_async.from_url(
-        url, retry=Retry(NoBackoff(), 0), socket_connect_timeout=CONNECT_SECONDS
+        url,
+        retry=Retry(NoBackoff(), 0),
+        socket_connect_timeout=CONNECT_SECONDS,
+        socket_timeout=None,
     )
 
 
@@ -275,10 +280,13 @@ class RedisBackplane(Backplane):
         keys = {self._key(name): name for name in after}
         wait_ms = int(block * 1000) or None
         with unavailable_on_error():
-            reply = await self._reader_client.xread(
-                {self._key(name): entry_id for name, entry_id in after.items()},
-                block=wait_ms,
-                count=count,
+            reply = await asyncio.wait_for(
+                self._reader_client.xread(
+                    {self._key(name): entry_id for name, entry_id in after.items()},
+                    block=wait_ms,
+                    count=count,
+                ),
+                block + READ_MARGIN_SECONDS,  # a connection that went silent
             )
         assert isinstance(reply, list | type(None))  # RESP2: [[key, [(id, fields), …]], …]
         return {

@@ -231,3 +231,18 @@ def test_sigterm_ends_every_telemetry_stream_and_the_worker_exits(
         wait_until(lambda: streams.ended() == PER_KEY, timeout=5)
     finally:
         streams.close()
+
+
+def test_a_quiet_stream_stays_open_past_the_redis_client_s_read_timeout(
+    worker: Worker, quiet_key
+) -> None:
+    # redis-py gives up on a read after 5 s by default; a stream with nothing to say for
+    # longer than that must still be there when something happens.
+    subscriber = Subscriber(worker.server, quiet_key)
+    time.sleep(7)
+    run_id = complete(worker.server, quiet_key)
+    subscriber.wait_for(
+        lambda events: any(e["type"] == "cost" and e["runId"] == run_id for e in events)
+    )
+    subscriber.close()
+    assert "Exception in ASGI application" not in worker.server.log()
