@@ -33,7 +33,7 @@ from django.conf import settings
 from core.backplane import Backplane, backplane, entry_position
 from core.errors import BackendUnavailable, TooManyStreams
 from core.loops import PerLoop
-from telemetry.events import Event, event_bus, stream_name
+from telemetry.events import STREAM_MAXLEN, Event, stream_name
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +82,10 @@ class Subscription:
             self._unread.clear()
             return events
         return None if self._ended else []
+
+    async def backlog(self, after: str) -> list[Event]:
+        """The organization's events after the id `after` (a page), read for this stream."""
+        return await self._feed.backlog(self.organization_id, after)
 
     def close(self) -> None:
         """Leave the feed (again is nothing)."""
@@ -167,6 +171,12 @@ class TelemetryFeed:
             # Its stream is left out of the next read (the one under way may still return it).
             del self._organizations[subscription.organization_id]
 
+    async def backlog(self, organization_id: int, after: str) -> list[Event]:
+        """The organization's events after the id `after`, up to 500, without waiting."""
+        stream = self._backplane.stream(stream_name(organization_id), STREAM_MAXLEN)
+        entries = await stream.read(after, 0)
+        return [Event(id=entry_id, data=orjson.loads(payload)) for entry_id, payload in entries]
+
     def streams(self) -> int:
         """How many streams this worker serves."""
         return sum(self._by_organization.values())
@@ -217,12 +227,14 @@ class TelemetryFeed:
             if failures:
                 logger.warning("telemetry: the feed reads again")
                 failures = 0
-            self._hand_out(found)
+            self._hand_out(after, found)
 
-    def _hand_out(self, found: dict[str, list[tuple[str, bytes]]]) -> None:
+    def _hand_out(self, after: dict[str, str], found: dict[str, list[tuple[str, bytes]]]) -> None:
         for name, entries in found.items():
             organization = self._organizations.get(organization_of(name))
-            if organization is None or not entries:
+            if organization is None or not entries or organization.cursor != after[name]:
+                # Nobody follows it any more, or it was left and joined again during the read
+                # (from another place): the next read starts from where it is now.
                 continue
             organization.cursor = entries[-1][0]
             events = [
@@ -258,11 +270,10 @@ async def follow(
     caller keeps the connection alive). Leaves the feed when it ends."""
     cursor = entry_position(after)
     try:
-        bus = event_bus()
         end_of_backlog = entry_position(caught_up)
         while cursor < end_of_backlog:
             try:
-                backlog = await bus.read(subscription.organization_id, _id(cursor), 0)
+                backlog = await subscription.backlog(_id(cursor))
             except BackendUnavailable:
                 return  # the client resumes with Last-Event-ID
             if not backlog:
