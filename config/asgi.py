@@ -8,6 +8,7 @@ dispatch (`core.http.asgi`), which calls the same ninja operation Django's handl
 
 import asyncio
 import gc
+import logging
 import os
 from typing import cast
 
@@ -22,16 +23,20 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from core.backplane import backplane  # noqa: E402
+from core.errors import BackendUnavailable  # noqa: E402
 from core.http.asgi import ASGIApp, LeanDispatch, Receive, Scope, Send  # noqa: E402
 from core.lookups import lookup_cache  # noqa: E402
+from core.termination import on_termination  # noqa: E402
 from dashboard.websockets import websocket_urlpatterns  # noqa: E402
 from gateway.api import CHAT_COMPLETIONS_PATH  # noqa: E402
 from gateway.coordination.stop import live_generations  # noqa: E402
 from gateway.tokens import default_counter  # noqa: E402
 from gateway.upstream.client import close_clients  # noqa: E402
 from telemetry.leases import start_worker_heartbeat, stop_worker_heartbeat  # noqa: E402
+from telemetry.feed import telemetry_feed  # noqa: E402
 from telemetry.writer import close_run_writer, start_run_writer  # noqa: E402
 
+logger = logging.getLogger(__name__)
 chat_completions = LeanDispatch(CHAT_COMPLETIONS_PATH)
 
 
@@ -66,6 +71,18 @@ def tune_garbage_collector() -> None:
         gc.set_threshold(settings.MORTAR_GC_YOUNG_THRESHOLD, middle, old)
 
 
+async def start_backplane() -> None:
+    """Listen for stops and dropped lookups from the start; a Redis out of reach is served
+    without (keys read from the database, 503 where Redis is required) while the listener
+    goes on trying in the background."""
+    live_generations()  # their handlers are registered before the subscription is made
+    lookup_cache()
+    try:
+        await backplane().start()
+    except BackendUnavailable:
+        logger.warning("Redis is out of reach at start: serving without it, reconnecting")
+
+
 async def application(scope: Scope, receive: Receive, send: Send) -> None:
     if scope["type"] != "lifespan":
         return await router(scope, receive, send)
@@ -74,14 +91,15 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
         if message["type"] == "lifespan.startup":
             # Load the tokenizer now, not on the first request (~0.3 s).
             await asyncio.to_thread(default_counter)
-            await live_generations().start()
-            await lookup_cache().start()
+            await start_backplane()
+            on_termination(telemetry_feed().end_streams)  # they never end by themselves
             start_run_writer()  # drains spool files a stopped worker left behind
             # The lease this worker's runs name; renewed in the background from now on.
             await start_worker_heartbeat()
             tune_garbage_collector()
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
+            await telemetry_feed().close()
             await close_run_writer()  # flush what is queued before the process ends
             await stop_worker_heartbeat()  # after the flush: its runs are closed by now
             await close_clients()

@@ -246,6 +246,10 @@ MORTAR_WRITER_SPILL_AT = env_int("MORTAR_WRITER_SPILL_AT", 50_000)
 MORTAR_WORKER_LEASE_SECONDS = env_int("MORTAR_WORKER_LEASE_SECONDS", 30)
 if MORTAR_WORKER_LEASE_SECONDS < 1:
     raise ImproperlyConfigured("MORTAR_WORKER_LEASE_SECONDS must be at least 1")
+# Concurrent `GET /v1/telemetry/stream` streams one organization, and one key, may hold on one
+# worker process; past them a 429 `too_many_streams` (README, "Redis trouble and fair telemetry").
+MORTAR_TELEMETRY_STREAMS_PER_ORG = env_int("MORTAR_TELEMETRY_STREAMS_PER_ORG", 50)
+MORTAR_TELEMETRY_STREAMS_PER_KEY = env_int("MORTAR_TELEMETRY_STREAMS_PER_KEY", 20)
 # Allocations between two young-generation garbage collections in a server process (Python's
 # default is 700). Streams allocate a few objects per chunk, and at 700 a collection runs
 # every few hundred chunks; under 1,000 streams those pauses were most of the p99 added gap

@@ -19,9 +19,10 @@
     ├── RunGone                     410 run_gone
     ├── RequestTooLarge             413 request_too_large
     ├── RateLimitExceeded           429 rate_limit_exceeded  (an organization's or key's limit)
+    ├── TooManyStreams              429 too_many_streams     (concurrent telemetry streams)
     ├── HttpStatusError             any other status Django or ninja answered with
     ├── ModelNotAvailable           503 model_not_available
-    ├── BackendUnavailable          503 backend_unavailable  (a store the request needs is away)
+    ├── BackendUnavailable          503 backend_unavailable  (Redis where required; the ledger)
     └── UpstreamError               502 upstream_error       (a model server failed)
         ├── GenerationFailed        502 upstream_error       (the generation broke mid-stream)
         ├── UpstreamUnavailable     503 upstream_unavailable (could not be reached)
@@ -187,6 +188,18 @@ class RateLimitExceeded(MortarError):
         self.retry_after = retry_after
 
 
+class TooManyStreams(MortarError):
+    """Over an organization's or a key's cap on concurrent telemetry streams (issue 15)."""
+
+    status = 429
+    type = "rate_limit_error"
+    code = "too_many_streams"
+
+    def __init__(self, message: str, *, retry_after: int):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class HttpStatusError(MortarError):
     """A status Django or ninja answered with by themselves (never one Mortar raises)."""
 
@@ -205,7 +218,9 @@ class ModelNotAvailable(MortarError):
 
 
 class BackendUnavailable(MortarError):
-    """A store the request cannot be answered without is away (the budget ledger's database)."""
+    """A store the request cannot be answered without is away: the backplane (Redis) where
+    it is required — the worker serves what it can without it, and this where it cannot —
+    or the budget ledger's database."""
 
     status = 503
     type = "server_error"

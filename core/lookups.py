@@ -4,8 +4,12 @@ Each worker keeps what it looked up. Any change to a key, an organization, a mod
 deployment — a revocation included — is announced to every worker (`core.backplane`), which
 drops its cache at once, so a revoked key fails on its next request everywhere (PRODUCT.md
 decision 8). Entries also expire after `MAX_AGE_SECONDS`, in case an announcement is lost.
-On a backplane that other processes cannot reach (the embedded default's, in memory) nothing
-is cached: `manage.py revokekey` could not tell us.
+
+Only what is looked up while the worker hears announcements is cached, and used: while Redis
+is out of reach every lookup reads the database (a fresh key lookup: slower, never wrong), and
+each (re)subscription drops the cache — whatever was announced while the worker was cut off
+applies the moment it hears again. On a backplane that other processes cannot reach (the
+embedded default's, in memory) nothing is cached: `manage.py revokekey` could not tell us.
 """
 
 from __future__ import annotations
@@ -29,24 +33,34 @@ T = TypeVar("T")
 class LookupCache:
     def __init__(self) -> None:
         self._entries: dict[tuple[str, str], tuple[float, object]] = {}
+        # Counts the times the cache was dropped: a value read before a drop is not stored
+        # after it (it may be what the announcement was about).
+        self._generation = 0
         self._backplane = backplane()
-        self._backplane.on(CHANNEL, lambda message: self._entries.clear())
+        self._backplane.on(CHANNEL, lambda message: self.forget())
+        self._backplane.on_subscribed(self.forget)
 
-    async def start(self) -> None:
-        await self._backplane.start()
+    def forget(self) -> None:
+        """Drop every cached lookup."""
+        self._entries.clear()
+        self._generation += 1
 
     async def get(self, kind: str, key: str, load: Callable[[], T]) -> T:
         """The cached value, or `load()` (a synchronous ORM read, run off the event loop)."""
-        if not self._backplane.shared:
+        plane = self._backplane
+        if not plane.shared:
+            return await database_read(load)
+        if not plane.listening():
+            plane.listen()  # in the background: this request does not wait for Redis
             return await database_read(load)
         now = time.monotonic()
         entry = self._entries.get((kind, key))
         if entry is not None and now - entry[0] < MAX_AGE_SECONDS:
             # Stored by a `load` of this kind, for this key: the type `load` returns.
             return cast(T, entry[1])
-        await self.start()  # subscribed before caching anything
+        generation = self._generation
         value = await database_read(load)
-        if value is not None:
+        if value is not None and generation == self._generation and plane.listening():
             self._entries[(kind, key)] = (now, value)
         return value
 

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
-from django.http import HttpRequest, StreamingHttpResponse
+from django.http import HttpRequest
 from ninja import Router
 
 from accounts.auth import api_key_auth, key_of
 from core.errors import InvalidParameter
 from core.http.openapi import SchemaRef, error_responses, event_stream_content, json_text
-from telemetry.events import EVENT_TYPES, Event, latest_event_id, subscribe
+from core.http.responses import EventStreamResponse
+from telemetry.events import EVENT_TYPES, Event, latest_event_id
+from telemetry.feed import follow, telemetry_feed
 from telemetry.schemas import EVENT_STREAM_EXAMPLE, TelemetryEvent
 
 router = Router(auth=api_key_auth())
@@ -72,12 +75,13 @@ STREAM_DOCS = {
     operation_id="telemetry_stream",
     tags=["Telemetry"],
     summary="Stream serving telemetry",
-    response=error_responses(400, 401),
+    response=error_responses(400, 401, 429, 503),
     openapi_extra=STREAM_DOCS,
 )
-async def telemetry_stream(request: HttpRequest) -> StreamingHttpResponse:
+async def telemetry_stream(request: HttpRequest) -> EventStreamResponse:
     """Stream the organization's live events as server-sent events, resumable with
-    Last-Event-ID."""
+    Last-Event-ID. An organization and a key hold a limited number of streams at once (429
+    `too_many_streams`, with `Retry-After`); without Redis, 503 `backend_unavailable`."""
     key = key_of(request)
     header = request.headers.get("Last-Event-ID")
     after = header or request.GET.get("last_event_id")
@@ -87,21 +91,28 @@ async def telemetry_stream(request: HttpRequest) -> StreamingHttpResponse:
             param="Last-Event-ID" if header else "last_event_id",
         )
     session = request.GET.get("session") or None
-    # "From now" is fixed before the response starts: an event published once the client has
-    # its headers (`: connected`) is never missed.
-    if after is None:
-        after = await latest_event_id(key.organization_id)
-    events = subscribe(key.organization_id, after=after, session=session)
-    response = StreamingHttpResponse(_sse(events), content_type="text/event-stream")
-    response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"
-    return response
+    feed = telemetry_feed()
+    subscription = feed.join(key.organization_id, key.id)  # over a cap: nothing asked of Redis
+    try:
+        # "From now" is fixed before the response starts: an event published once the client
+        # has its headers (`: connected`) is never missed.
+        if after is None:
+            after = await latest_event_id(key.organization_id)
+    except BaseException:
+        subscription.close()
+        raise
+    # From here the response's end (`on_finish`, even for a client that left before reading
+    # it) gives the place back.
+    caught_up = feed.follow_after(subscription, after)
+    events = follow(subscription, after=after, caught_up=caught_up, session=session)
+    return EventStreamResponse(_sse(events), headers={}, on_finish=subscription.close)
 
 
-async def _sse(events: AsyncIterator[Event | None]) -> AsyncIterator[bytes]:
+async def _sse(events: AsyncGenerator[Event | None, None]) -> AsyncGenerator[bytes, None]:
     yield b": connected\n\n"  # headers out now, before the first event
-    async for event in events:
-        yield KEEP_ALIVE if event is None else event.sse()
+    async with contextlib.aclosing(events):  # a stream that ends leaves the feed now
+        async for event in events:
+            yield KEEP_ALIVE if event is None else event.sse()
 
 
 def _is_event_id(value: str) -> bool:

@@ -4,6 +4,7 @@ Events are appended to one stream per organization on the backplane (`core.backp
 Redis Stream when Redis is configured, so events from every worker process reach every
 subscriber; a ring buffer in this process on the embedded default. Either way a subscriber that
 reconnects with `Last-Event-ID` gets what it missed, within the last `STREAM_MAXLEN` events.
+Subscribers are served by their worker's one reader (`telemetry/feed.py`).
 The dashboard's websocket gets them too, through the channel layer group `telemetry`, one
 message per batch of events, and only while the group has members.
 
@@ -30,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -61,6 +61,11 @@ EVENT_TYPES = (
 Batch = list[tuple[int, dict[str, Any]]]  # (organization id, event) pairs
 
 
+def stream_name(organization_id: int) -> str:
+    """The backplane stream of the organization's events."""
+    return f"telemetry:{organization_id}"
+
+
 @dataclass(frozen=True)
 class Event:
     id: str
@@ -84,7 +89,7 @@ class EventBus:
     def _stream(self, organization_id: int) -> Stream:
         stream = self._streams.get(organization_id)
         if stream is None:
-            stream = self.backplane.stream(f"telemetry:{organization_id}", STREAM_MAXLEN)
+            stream = self.backplane.stream(stream_name(organization_id), STREAM_MAXLEN)
             self._streams[organization_id] = stream
         return stream
 
@@ -211,25 +216,3 @@ event_publisher = PerLoop(lambda: EventPublisher(event_bus()))
 async def latest_event_id(organization_id: int) -> str:
     """The id of the organization's newest event: subscribe after it to get what comes next."""
     return await event_bus().last_id(organization_id)
-
-
-async def subscribe(
-    organization_id: int, *, after: str, session: str | None, heartbeat: float = 15.0
-) -> AsyncIterator[Event | None]:
-    """Yield the organization's events after `after`, then follow live.
-
-    Yields None every `heartbeat` seconds without events, so the caller can keep the
-    connection alive.
-    """
-    bus = event_bus()
-    cursor = after
-    while True:
-        events = await bus.read(organization_id, cursor, heartbeat)
-        if not events:
-            yield None
-            continue
-        for event in events:
-            cursor = event.id
-            if session and event.data.get("session") != session:
-                continue
-            yield event

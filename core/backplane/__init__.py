@@ -15,11 +15,20 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from core.backplane.base import NO_ENTRY, Backplane, Handler, Stream
+from core.backplane.base import NO_ENTRY, Backplane, Entries, Handler, Stream, entry_position
 from core.backplane.memory import MemoryBackplane
 from core.loops import PerLoop
 
-__all__ = ["NO_ENTRY", "Backplane", "Handler", "Stream", "backplane", "publish_from_sync"]
+__all__ = [
+    "NO_ENTRY",
+    "Backplane",
+    "Entries",
+    "Handler",
+    "Stream",
+    "backplane",
+    "entry_position",
+    "publish_from_sync",
+]
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from core.ratelimits import Bucket, Verdict
@@ -18,7 +18,14 @@ from core.ratelimits import Bucket, Verdict
 logger = logging.getLogger(__name__)
 
 Handler = Callable[[str], None]
+Entries = list[tuple[str, bytes]]  # a stream's (id, payload) entries, oldest first
 NO_ENTRY = "0-0"  # the id before every stream entry
+
+
+def entry_position(entry_id: str) -> tuple[int, int]:
+    """`1700000000000-3` as (1700000000000, 3); a missing sequence is 0, as Redis reads it."""
+    ms, _, seq = entry_id.partition("-")
+    return int(ms or 0), int(seq or 0)
 
 
 class Stream(ABC):
@@ -51,6 +58,7 @@ class Backplane(ABC):
 
     def __init__(self) -> None:
         self._handlers: dict[str, list[Handler]] = {}
+        self._on_subscribed: list[Callable[[], None]] = []
 
     # --- broadcast: every worker's handlers
 
@@ -58,9 +66,32 @@ class Backplane(ABC):
         """Call `handler(message)` for every message published on `channel`."""
         self._handlers.setdefault(channel, []).append(handler)
 
+    def on_subscribed(self, callback: Callable[[], None]) -> None:
+        """Call `callback()` each time the broadcast is (re)subscribed: whatever was published
+        while it was not — a revocation, say — was missed, and what was kept on its account
+        must be forgotten."""
+        self._on_subscribed.append(callback)
+
+    def _subscribed(self) -> None:
+        for callback in self._on_subscribed:
+            try:
+                callback()
+            except Exception:
+                logger.exception("backplane: a subscription callback failed")
+
+    @abstractmethod
+    def listen(self) -> None:
+        """Start listening in the background, if not already (a lost connection is retried
+        there until the backplane closes)."""
+
+    @abstractmethod
+    def listening(self) -> bool:
+        """Whether messages published now are heard (false while Redis is out of reach)."""
+
     @abstractmethod
     async def start(self) -> None:
-        """Listen, and connect; returns once messages published from now on are heard."""
+        """Listen, and connect; return once messages published from now on are heard, or raise
+        `BackendUnavailable` (listening goes on in the background)."""
 
     @abstractmethod
     async def close(self) -> None:
@@ -131,6 +162,15 @@ class Backplane(ABC):
     @abstractmethod
     def stream(self, name: str, maxlen: int) -> Stream:
         """The stream called `name`, capped near `maxlen` entries."""
+
+    @abstractmethod
+    async def read_streams(
+        self, after: Mapping[str, str], block: float, count: int = 500
+    ) -> dict[str, Entries]:
+        """Read several streams at once: up to `count` entries of each stream named in `after`
+        after its id there, waiting up to `block` seconds for one if there are none (an empty
+        dict then). One reader, however many streams: this worker's telemetry subscribers are
+        served by one call at a time (`telemetry/feed.py`), cancelled to change the streams."""
 
     @abstractmethod
     def send_now(self) -> None:

@@ -12,12 +12,12 @@ import collections
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from channels.layers import InMemoryChannelLayer
 
-from core.backplane.base import NO_ENTRY, Backplane, Stream
+from core.backplane.base import NO_ENTRY, Backplane, Entries, Stream, entry_position
 from core.ids import new_hex_id
 from core.ratelimits import Bucket, GcraBuckets, Verdict
 
@@ -27,12 +27,6 @@ SWEEP_SECONDS = 10.0  # how often expired keys and reply lists are looked for
 # server's, and those sync code starts) counts against the same buckets.
 _rate_buckets = GcraBuckets()
 _rate_lock = threading.Lock()
-
-
-def entry_position(entry_id: str) -> tuple[int, int]:
-    """`1700000000000-3` as (1700000000000, 3); a missing sequence is 0, as Redis reads it."""
-    ms, _, seq = entry_id.partition("-")
-    return int(ms or 0), int(seq or 0)
 
 
 class _Waiters:
@@ -67,7 +61,8 @@ class _Waiters:
 class MemoryStream(Stream):
     """A ring buffer of the last `maxlen` entries."""
 
-    def __init__(self, maxlen: int) -> None:
+    def __init__(self, maxlen: int, appended_anywhere: _Waiters | None = None) -> None:
+        self._appended_anywhere = appended_anywhere
         self._entries: collections.deque[tuple[tuple[int, int], str, bytes]] = collections.deque(
             maxlen=maxlen
         )
@@ -80,15 +75,17 @@ class MemoryStream(Stream):
         position = self._last = (now_ms, 0) if now_ms > last_ms else (last_ms, last_seq + 1)
         self._entries.append((position, f"{position[0]}-{position[1]}", payload))
         self._appended.wake()
+        if self._appended_anywhere:
+            self._appended_anywhere.wake()
 
     async def read(self, after: str, block: float, count: int = 500) -> list[tuple[str, bytes]]:
         position = entry_position(after)
-        found = self._after(position, count)
+        found = self.after(position, count)
         if not found and block > 0 and await self._appended.wait(block):
-            found = self._after(position, count)
+            found = self.after(position, count)
         return found
 
-    def _after(self, position: tuple[int, int], count: int) -> list[tuple[str, bytes]]:
+    def after(self, position: tuple[int, int], count: int) -> list[tuple[str, bytes]]:
         # Readers mostly follow the newest entries: walk back from the end.
         newer = []
         for entry_position_, entry_id, payload in reversed(self._entries):
@@ -115,9 +112,16 @@ class MemoryBackplane(Backplane):
         self._reply_lists: dict[str, tuple[collections.deque[bytes], float]] = {}
         self._replied: dict[str, _Waiters] = {}
         self._streams: dict[str, MemoryStream] = {}
+        self._appended = _Waiters()  # woken by an append to any stream
         self._next_sweep = time.monotonic() + SWEEP_SECONDS
 
     # --- broadcast
+
+    def listen(self) -> None:
+        return None
+
+    def listening(self) -> bool:
+        return True  # every message is delivered in this process
 
     async def start(self) -> None:
         return None
@@ -213,8 +217,25 @@ class MemoryBackplane(Backplane):
     def stream(self, name: str, maxlen: int) -> MemoryStream:
         stream = self._streams.get(name)
         if stream is None:
-            stream = self._streams[name] = MemoryStream(maxlen)
+            stream = self._streams[name] = MemoryStream(maxlen, self._appended)
         return stream
+
+    async def read_streams(
+        self, after: Mapping[str, str], block: float, count: int = 500
+    ) -> dict[str, Entries]:
+        found = self._after(after, count)
+        if not found and block > 0 and await self._appended.wait(block):
+            found = self._after(after, count)
+        return found
+
+    def _after(self, after: Mapping[str, str], count: int) -> dict[str, Entries]:
+        found = {}
+        for name, entry_id in after.items():
+            stream = self._streams.get(name)
+            entries = stream.after(entry_position(entry_id), count) if stream else []
+            if entries:
+                found[name] = entries
+        return found
 
     def send_now(self) -> None:
         return None  # nothing is queued: it is all done already

@@ -59,6 +59,7 @@ class PipelinedConnection(asyncio.Protocol):
         self._flush_scheduled = False
         self._connecting: asyncio.Task[None] | None = None
         self._dropped = 0
+        self._failed_connects = 0  # in a row: Redis is out of reach while it is not 0
 
     # --- sending
 
@@ -96,7 +97,11 @@ class PipelinedConnection(asyncio.Protocol):
         await self.call(pack(b"PING"))
 
     async def call(self, packed: bytes) -> Any:
-        """Send one packed command now and return its reply; raise if it fails."""
+        """Send one packed command now and return its reply; raise if it fails — at once
+        while Redis is known to be out of reach, rather than wait for it."""
+        if self._failed_connects and self._transport is None:
+            self._connect_soon()
+            raise ConnectionError("Redis is unreachable")
         done: asyncio.Future[Any] = self._loop.create_future()
 
         def answered(reply: Any) -> None:
@@ -154,8 +159,26 @@ class PipelinedConnection(asyncio.Protocol):
                     )
                 return
             except OSError as error:
-                logger.warning("redis: cannot connect (%s); retrying", error)
+                self._failed_connects += 1
+                if self._failed_connects % 120 == 1:  # the first time, then once a minute
+                    logger.warning("redis: cannot connect (%s); retrying", error)
+                self._fail_awaited(ConnectionError(f"Redis is unreachable: {error}"))
                 await asyncio.sleep(RECONNECT_SECONDS)
+
+    def _fail_awaited(self, error: ConnectionError) -> None:
+        """Answer the queued commands someone waits on with `error`; keep the others queued for
+        when Redis is back (a cut of a few seconds loses no telemetry event)."""
+        if all(on_reply is None for on_reply in self._queued_replies):
+            return
+        kept = [
+            (p, r) for p, r in zip(self._queued, self._queued_replies, strict=True) if r is None
+        ]
+        failed = [r for r in self._queued_replies if r is not None]
+        self._queued = [packed for packed, _ in kept]
+        self._queued_replies = [None] * len(kept)
+        self._queued_bytes = sum(len(packed) for packed in self._queued)
+        for on_reply in failed:
+            on_reply(error)
 
     # --- asyncio.Protocol
 
@@ -163,6 +186,7 @@ class PipelinedConnection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
         self._reader = hiredis.Reader()
         self._dropped = 0
+        self._failed_connects = 0
         # The handshake goes first, then whatever was queued while there was no connection.
         handshake: list[bytes] = []
         if self._address.get("password"):

@@ -1,35 +1,49 @@
 """The production backplane: Redis, shared by every worker process.
 
-Three connections per event loop, each for what it does best:
+Four connections per event loop, each for what it does best:
 
 - the pipelined connection (`pipelined.py`) for what nothing waits on — stream appends, reply
   pushes, the dashboard group's size: packed by hiredis, written once per pass of the loop;
 - the broadcast listener (`broadcast.py`), one pub/sub connection on every broadcast channel;
+- the stream reader, one connection for the worker's one blocking read of its telemetry
+  subscribers' streams (`read_streams`, `telemetry/feed.py`);
 - a redis-py client for what is awaited: publishing, claims, blocking pops, stream reads.
+
+Redis out of reach is an error of Mortar's vocabulary, `BackendUnavailable` (503
+`backend_unavailable`), from every awaited call: the caller decides what it can do without.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import hiredis
 import redis
 import redis.asyncio as redis_async
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
 
-from core.backplane.base import NO_ENTRY, Backplane, Stream
+from core.backplane.base import NO_ENTRY, Backplane, Entries, Stream
 from core.backplane.broadcast import BroadcastListener
 from core.backplane.pipelined import PipelinedConnection, pack
+from core.errors import BackendUnavailable
 from core.ids import new_hex_id
 from core.ratelimits import Bucket, BucketState, Verdict
 
 logger = logging.getLogger(__name__)
 
 PING_SECONDS = 2.0
+CONNECT_SECONDS = 2.0  # a Redis that does not even refuse (a lost host) is given up on
+READ_MARGIN_SECONDS = 5.0  # past its BLOCK, a read whose answer has not come is given up on
+UNREACHABLE = (RedisConnectionError, RedisTimeoutError, ConnectionError, TimeoutError)
 # GCRA over a request's buckets, atomic in Redis (`ratelimit.lua`); sent by its SHA1, and once
 # in full when Redis does not know it yet (after a restart or SCRIPT FLUSH).
 RATE_LIMIT_SCRIPT = (Path(__file__).parent / "ratelimit.lua").read_bytes()
@@ -58,6 +72,29 @@ def broadcast_prefix(prefix: str) -> str:
     return f"{prefix}:broadcast:"
 
 
+@contextlib.contextmanager
+def unavailable_on_error() -> Iterator[None]:
+    """Turn Redis out of reach into `BackendUnavailable`."""
+    try:
+        yield
+    except UNREACHABLE as error:
+        raise BackendUnavailable(
+            "The service's shared state (Redis) cannot be reached right now; try again shortly."
+        ) from error
+
+
+def _without_retries(url: str) -> redis_async.Redis:
+    # A client whose errors reach its caller at once, for a caller that reconnects itself
+    # (and must know when it had to). No socket timeout: its reads block on purpose (pub/sub,
+    # XREAD BLOCK), and redis-py's default (5 s) would end them; `read_streams` bounds its own.
+    return redis_async.from_url(
+        url,
+        retry=Retry(NoBackoff(), 0),
+        socket_connect_timeout=CONNECT_SECONDS,
+        socket_timeout=None,
+    )
+
+
 class RedisStream(Stream):
     """A Redis Stream; appends are XADDs on the pipelined connection, never awaited."""
 
@@ -78,7 +115,8 @@ class RedisStream(Stream):
     async def read(self, after: str, block: float, count: int = 500) -> list[tuple[str, bytes]]:
         # XREAD's BLOCK 0 waits forever; no block at all is what 0 means here.
         wait_ms = int(block * 1000) or None
-        reply = await self._client.xread({self._key: after}, block=wait_ms, count=count)
+        with unavailable_on_error():
+            reply = await self._client.xread({self._key: after}, block=wait_ms, count=count)
         assert isinstance(reply, list | type(None))  # RESP2: [[key, [(id, fields), …]], …]
         return [
             (_text(entry_id), _bytes(fields[b"data"]))
@@ -87,7 +125,8 @@ class RedisStream(Stream):
         ]
 
     async def last_id(self) -> str:
-        entries = await self._client.xrevrange(self._key, count=1)
+        with unavailable_on_error():
+            entries = await self._client.xrevrange(self._key, count=1)
         return _text(entries[0][0]) if entries and entries[0][0] else NO_ENTRY
 
 
@@ -101,9 +140,13 @@ class RedisBackplane(Backplane):
         super().__init__()
         self._url = url
         self._prefix = prefix
-        self._client = redis_async.from_url(url)
+        self._client = redis_async.from_url(url, socket_connect_timeout=CONNECT_SECONDS)
         self._pipelined = PipelinedConnection(url)
-        self._listener = BroadcastListener(self._client, broadcast_prefix(prefix), self._deliver)
+        self._listener_client = _without_retries(url)
+        self._listener = BroadcastListener(
+            self._listener_client, broadcast_prefix(prefix), self._deliver, self._subscribed
+        )
+        self._reader_client = _without_retries(url)
         self._streams: dict[str, RedisStream] = {}
         self._group_sizes: dict[str, bytes | None] = {}  # a packed ZCARD per group, or None
 
@@ -112,20 +155,30 @@ class RedisBackplane(Backplane):
 
     # --- broadcast
 
+    def listen(self) -> None:
+        self._listener.listen()
+
+    def listening(self) -> bool:
+        return self._listener.listening()
+
     async def start(self) -> None:
-        if await self._listener.start():
-            await self._pipelined.barrier()  # connected too, so the first write is as quick
+        with unavailable_on_error():
+            if await self._listener.start():
+                await self._pipelined.barrier()  # connected too, so the first write is as quick
 
     async def close(self) -> None:
         await self._listener.close()
         self._pipelined.write_now()
         self._pipelined.close()
         await self._client.aclose()
+        await self._listener_client.aclose()
+        await self._reader_client.aclose()
 
     async def publish(self, channel: str, message: str) -> int:
-        listeners: int = await self._client.publish(
-            broadcast_prefix(self._prefix) + channel, message
-        )
+        with unavailable_on_error():
+            listeners: int = await self._client.publish(
+                broadcast_prefix(self._prefix) + channel, message
+            )
         return listeners
 
     # --- reply lists
@@ -139,26 +192,32 @@ class RedisBackplane(Backplane):
         self._pipelined.write_now()
 
     async def pop_reply(self, address: str, wait: float) -> bytes | None:
-        reply = await self._client.blpop([address], timeout=wait)
+        with unavailable_on_error():
+            reply = await self._client.blpop([address], timeout=wait)
         return _bytes(reply[1]) if reply is not None else None
 
     async def drop_reply_list(self, address: str) -> None:
-        await self._client.delete(address)
+        with unavailable_on_error():
+            await self._client.delete(address)
 
     # --- keys
 
     async def set_if_absent(self, key: str, value: bytes, ttl: int) -> bool:
-        return bool(await self._client.set(self._key(key), value, nx=True, ex=ttl))
+        with unavailable_on_error():
+            return bool(await self._client.set(self._key(key), value, nx=True, ex=ttl))
 
     async def set(self, key: str, value: bytes, ttl: int) -> None:
-        await self._client.set(self._key(key), value, ex=ttl)
+        with unavailable_on_error():
+            await self._client.set(self._key(key), value, ex=ttl)
 
     async def get(self, key: str) -> bytes | None:
-        value = await self._client.get(self._key(key))
+        with unavailable_on_error():
+            value = await self._client.get(self._key(key))
         return None if value is None else _bytes(value)
 
     async def delete_if_equal(self, key: str, value: bytes) -> bool:
-        return bool(await self._client.eval(DELETE_IF_EQUAL, 1, self._key(key), value))
+        with unavailable_on_error():
+            return bool(await self._client.eval(DELETE_IF_EQUAL, 1, self._key(key), value))
 
     # --- rate limits: on the pipelined connection, one packed EVALSHA per request (redis-py
     # would cost more CPU than the script itself)
@@ -213,11 +272,37 @@ class RedisBackplane(Backplane):
             self._streams[name] = stream
         return stream
 
+    async def read_streams(
+        self, after: Mapping[str, str], block: float, count: int = 500
+    ) -> dict[str, Entries]:
+        # On a connection of its own: the read blocks it, and a cancelled read drops it
+        # (redis-py disconnects a connection whose reply was not read).
+        keys = {self._key(name): name for name in after}
+        wait_ms = int(block * 1000) or None
+        with unavailable_on_error():
+            reply = await asyncio.wait_for(
+                self._reader_client.xread(
+                    {self._key(name): entry_id for name, entry_id in after.items()},
+                    block=wait_ms,
+                    count=count,
+                ),
+                block + READ_MARGIN_SECONDS,  # a connection that went silent
+            )
+        assert isinstance(reply, list | type(None))  # RESP2: [[key, [(id, fields), …]], …]
+        return {
+            keys[_text(key)]: [
+                (_text(entry_id), _bytes(fields[b"data"])) for entry_id, fields in entries
+            ]
+            for key, entries in reply or ()
+            if entries
+        }
+
     def send_now(self) -> None:
         self._pipelined.write_now()
 
     async def barrier(self) -> None:
-        await self._pipelined.barrier()
+        with unavailable_on_error():
+            await self._pipelined.barrier()
 
     def if_group_has_members(self, layer: Any, group: str, then: Callable[[], None]) -> None:
         if group not in self._group_sizes:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 import re
 from dataclasses import dataclass
 
@@ -25,9 +26,18 @@ import orjson
 from django.http import HttpResponse
 
 from core.backplane import Backplane, backplane
-from core.errors import Envelope, IdempotencyConflict, InvalidParameter, UpstreamError, envelope
+from core.errors import (
+    BackendUnavailable,
+    Envelope,
+    IdempotencyConflict,
+    InvalidParameter,
+    UpstreamError,
+    envelope,
+)
 from core.http.requests import AnyRequest
 from core.loops import PerLoop
+
+logger = logging.getLogger(__name__)
 
 IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
 CLAIM_SECONDS = 900  # longer than any generation; a crashed leader's claim expires
@@ -154,9 +164,16 @@ class InFlightBoard:
 
     async def answer(self, claim: Claim, answer: Answer) -> None:
         plane = self._backplane
-        await plane.set(_answer_key(claim.leader_id), answer.encode(), ANSWER_SECONDS)
-        await plane.delete_if_equal(claim._claim_key, claim._claim_value)
-        await plane.publish(ANSWERED_CHANNEL, claim.leader_id)
+        try:
+            await plane.set(_answer_key(claim.leader_id), answer.encode(), ANSWER_SECONDS)
+            await plane.delete_if_equal(claim._claim_key, claim._claim_value)
+            await plane.publish(ANSWERED_CHANNEL, claim.leader_id)
+        except BackendUnavailable:
+            # The leader's own answer stands; the requests sharing it time out (a 504), and
+            # the claim expires after CLAIM_SECONDS.
+            logger.warning(
+                "dedupe: Redis went away; the answer to %s is not shared", claim.leader_id
+            )
 
     async def wait(self, claim: Claim) -> Answer:
         plane = self._backplane

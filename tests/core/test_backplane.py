@@ -297,6 +297,51 @@ async def test_one_worker_reads_what_another_appended(make_plane) -> None:  # ty
     assert [p for _, p in entries] == ([b"shared?"] if writer.shared else [])
 
 
+async def test_one_read_of_several_streams_returns_each_one_s_new_entries(
+    plane: Backplane,
+) -> None:
+    one, two, quiet = name("stream"), name("stream"), name("stream")
+    plane.stream(one, 100).append(b"old")
+    await plane.barrier()
+    after_old = await plane.stream(one, 100).last_id()
+    plane.stream(one, 100).append(b"one")
+    plane.stream(two, 100).append(b"two")
+    await plane.barrier()
+
+    found = await plane.read_streams({one: after_old, two: NO_ENTRY, quiet: NO_ENTRY}, 0)
+    assert {stream: [p for _, p in entries] for stream, entries in found.items()} == {
+        one: [b"one"],
+        two: [b"two"],
+    }
+    assert await plane.read_streams({one: found[one][-1][0], two: found[two][-1][0]}, 0.1) == {}
+
+
+async def test_a_read_of_several_streams_waits_for_an_append_to_any(plane: Backplane) -> None:
+    one, two = name("stream"), name("stream")
+    reading = asyncio.create_task(plane.read_streams({one: NO_ENTRY, two: NO_ENTRY}, 5))
+    await asyncio.sleep(0.05)  # the read is waiting
+    assert not reading.done()
+    plane.stream(two, 100).append(b"late")
+    found = await reading
+    assert list(found) == [two]
+    assert [p for _, p in found[two]] == [b"late"]
+
+
+async def test_a_cancelled_read_of_several_streams_leaves_the_backplane_usable(
+    plane: Backplane,
+) -> None:
+    stream = name("stream")
+    reading = asyncio.create_task(plane.read_streams({stream: NO_ENTRY}, 5))
+    await asyncio.sleep(0.05)
+    reading.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reading
+    plane.stream(stream, 100).append(b"after")
+    await plane.barrier()
+    found = await plane.read_streams({stream: NO_ENTRY}, 1)
+    assert [p for _, p in found[stream]] == [b"after"]
+
+
 # --- the dashboard's group, readiness
 
 
