@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("telemetry", "0008_budget_ledger"),
+        ("telemetry", "0009_budget_ledger_functions"),
     ]
 
     operations = [
