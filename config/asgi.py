@@ -32,8 +32,8 @@ from gateway.api import CHAT_COMPLETIONS_PATH  # noqa: E402
 from gateway.coordination.stop import live_generations  # noqa: E402
 from gateway.tokens import default_counter  # noqa: E402
 from gateway.upstream.client import close_clients  # noqa: E402
-from telemetry.leases import start_worker_heartbeat, stop_worker_heartbeat  # noqa: E402
 from telemetry.feed import telemetry_feed  # noqa: E402
+from telemetry.leases import start_worker_heartbeat, stop_worker_heartbeat  # noqa: E402
 from telemetry.writer import close_run_writer, start_run_writer  # noqa: E402
 
 logger = logging.getLogger(__name__)
