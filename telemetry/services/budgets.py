@@ -25,8 +25,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_CEILING, Decimal
+from typing import Any
 
 import orjson
+import psycopg
 from django.db import connection, transaction
 from psycopg.types.json import Jsonb
 
@@ -179,6 +181,16 @@ def _refusal(needed: Decimal, remaining: Decimal) -> InsufficientQuota:
     )
 
 
+@contextmanager
+def _server_bound_cursor() -> Iterator[psycopg.Cursor[Any]]:
+    """psycopg's own cursor on this thread's connection, binding parameters on the server so
+    a statement is prepared once (Django's cursor quotes them into the text, in Python: three
+    times the cost of the call); its errors still become Django's."""
+    connection.ensure_connection()
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+        yield cursor
+
+
 _HOLD = (
     "SELECT max_tokens, amount_usd, remaining_usd FROM mortar_budget_hold("
     "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
@@ -205,11 +217,8 @@ def _postgres_hold(
             else [budget.owner_id, budget.period, period_start(budget.period, now), budget.usd]
         )
     params += [prompt_cost, per_token, max_tokens, expires_at]
-    # psycopg's own cursor, prepared, in autocommit: Django's wrapper costs as much again as
-    # the call on the hot path (bench/results, "ledger"); its errors still become Django's.
-    connection.ensure_connection()
-    with connection.wrap_database_errors:
-        row = connection.connection.execute(_HOLD, params, prepare=True).fetchone()
+    with _server_bound_cursor() as cursor:
+        row = cursor.execute(_HOLD, params, prepare=True).fetchone()
     assert row is not None
     cap, amount, remaining = row
     if cap < 0:
@@ -247,10 +256,8 @@ def budget_holds_settle(costs: Sequence[tuple[str, Decimal]]) -> dict[str, Decim
         costs_json = Jsonb(
             [{"run_id": run_id, "cost": str(cost)} for run_id, cost in costs], dumps=orjson.dumps
         )
-        connection.ensure_connection()
-        with connection.wrap_database_errors:
-            rows = connection.connection.execute(_SETTLE, [costs_json], prepare=True).fetchall()
-        return dict(rows)
+        with _server_bound_cursor() as cursor:
+            return dict(cursor.execute(_SETTLE, [costs_json], prepare=True).fetchall())
     # SQLite: the caller's transaction is IMMEDIATE, so it already excludes every other
     # writer (taking the process lock here, inside it, could wait on a hold that waits on it).
     charged = {}
