@@ -202,15 +202,19 @@ def test_the_beat_task_interrupts_a_killed_worker_s_runs_once_however_many_run_i
         message="the lease did not expire",
     )
 
-    # Three beat passes at once, each on its own connection, as separate Celery workers. (No
-    # live worker of this module is up yet: the survivor starts with the next test.)
+    # The beat task and two more sweeps at once, each on its own connection, as separate
+    # Celery workers would. (No live worker of this module is up yet: the survivor starts with
+    # the next test; the session's servers sweep every 10 s.)
+    sweeps = [interrupt_orphaned_runs, runs_interrupt_orphaned, runs_interrupt_orphaned]
     with ThreadPoolExecutor(3) as pool:
-        closed = list(pool.map(lambda _: on_own_connection(interrupt_orphaned_runs), range(3)))
+        _, *swept = pool.map(on_own_connection, sweeps)
 
     runs = Run.objects.filter(id__in=ids)
     assert sorted(runs.values_list("status", flat=True)) == [Run.Status.INTERRUPTED] * STREAMS
-    assert sum(closed) <= STREAMS  # each run closed once (the session's servers sweep too)
-    assert on_own_connection(interrupt_orphaned_runs) == 0
+    # Each run was closed once: never by two sweeps.
+    ours = [run.id for closed in swept for run in closed if run.id in ids]
+    assert len(ours) == len(set(ours))
+    assert not [run for run in on_own_connection(runs_interrupt_orphaned) if run.id in ids]
     for s in streams:
         s.join()
 
@@ -306,15 +310,15 @@ def test_a_worker_cut_off_past_its_lease_reopens_its_runs_and_their_outcome_wins
     run_id = streaming.run_id
     run = wait_until(lambda: Run.objects.filter(id=run_id).first(), message="run not stored")
 
-    def expire_and_sweep() -> int:
+    def expire_and_sweep() -> list[str]:
         # As if the worker had been cut off from the database for longer than its lease.
         with transaction.atomic():
             WorkerLease.objects.filter(id=run.worker).update(
                 expires_at=Now() - timedelta(seconds=1)
             )
-            return len(runs_interrupt_orphaned())
+            return [run.id for run in runs_interrupt_orphaned()]
 
-    assert on_own_connection(expire_and_sweep) >= 1
+    assert run_id in on_own_connection(expire_and_sweep)
     assert Run.objects.get(id=run_id).status == Run.Status.INTERRUPTED
 
     # Its next renewal finds the lease expired: the run is in progress again, then completes.

@@ -21,6 +21,7 @@ from telemetry.services.interruptions import (
     worker_lease_release,
     worker_lease_renew,
 )
+from telemetry.tasks import interrupt_orphaned_runs
 from telemetry.writer import ChunkSent, RunClosed, write_batch
 
 pytestmark = pytest.mark.django_db
@@ -77,6 +78,12 @@ def run(
     return made
 
 
+def closed_of(org: Organization, **options: int) -> int:
+    """How many of the organization's runs one sweep closed (the database may hold other
+    tests' committed orphans: the sweep closes those too)."""
+    return sum(run.organization_id == org.pk for run in runs_interrupt_orphaned(**options))
+
+
 def test_a_lease_is_taken_then_renewed_and_released() -> None:
     worker_id = uuid.uuid4().hex[:16]
     assert worker_lease_renew(worker_id=worker_id, host="h", pid=7, seconds=30) is False
@@ -105,7 +112,7 @@ def test_a_dead_worker_s_run_is_closed_as_interrupted_with_what_was_stored(
     dead = lease(expired=True, renewed_at=renewed_at)
     streaming = run(org, worker=dead, chunks=3, age=timedelta(seconds=60))
 
-    assert len(runs_interrupt_orphaned()) == 1
+    assert closed_of(org) == 1
 
     streaming.refresh_from_db()
     assert streaming.status == Run.Status.INTERRUPTED
@@ -119,7 +126,7 @@ def test_a_dead_worker_s_run_is_closed_as_interrupted_with_what_was_stored(
     # whichever is later.
     assert streaming.finished_at == max(streaming.accepted_at + timedelta(seconds=3), renewed_at)
     # Safe to run again: nothing left to close.
-    assert len(runs_interrupt_orphaned()) == 0
+    assert closed_of(org) == 0
 
 
 def test_a_run_ends_at_its_last_stored_chunk_when_that_is_after_the_last_renewal(
@@ -127,7 +134,7 @@ def test_a_run_ends_at_its_last_stored_chunk_when_that_is_after_the_last_renewal
 ) -> None:
     dead = lease(expired=True, renewed_at=datetime.now(UTC) - timedelta(minutes=10))
     streaming = run(org, worker=dead, chunks=2, age=timedelta(seconds=30))
-    assert len(runs_interrupt_orphaned()) == 1
+    assert closed_of(org) == 1
     streaming.refresh_from_db()
     assert streaming.finished_at == streaming.accepted_at + timedelta(seconds=2)
 
@@ -141,7 +148,7 @@ def test_only_runs_in_progress_whose_worker_is_gone_are_closed(org: Organization
     unowned_recent = run(org, worker="", age=UNOWNED_AFTER - timedelta(minutes=1))
     unowned_old = run(org, worker="", age=UNOWNED_AFTER + timedelta(minutes=1))
 
-    assert len(runs_interrupt_orphaned()) == 3
+    assert closed_of(org) == 3
 
     statuses = dict(Run.objects.filter(organization=org).values_list("id", "status"))
     assert statuses == {
@@ -158,7 +165,7 @@ def test_every_orphan_is_closed_past_one_batch(org: Organization) -> None:
     dead = lease(expired=True)
     for _ in range(7):
         run(org, worker=dead)
-    assert len(runs_interrupt_orphaned(batch=3)) == 7
+    assert closed_of(org, batch=3) == 7
     assert not Run.objects.filter(organization=org, status=Run.Status.IN_PROGRESS).exists()
 
 
@@ -168,7 +175,7 @@ def test_chunks_and_an_outcome_that_arrive_late_are_stored_on_an_interrupted_run
     """A dead worker's spool (or a chunk log) replayed later: the real outcome wins."""
     dead = lease(expired=True)
     streaming = run(org, worker=dead, chunks=2)
-    assert len(runs_interrupt_orphaned()) == 1
+    assert closed_of(org) == 1
 
     write_batch(
         [
@@ -193,7 +200,7 @@ def test_a_worker_that_was_only_cut_off_reopens_the_runs_closed_against_it(
     mine = run(org, worker=worker_id, chunks=1)
     theirs = run(org, worker=lease(expired=True))
     stopped_mine = run(org, worker=worker_id, status=Run.Status.STOPPED)
-    assert len(runs_interrupt_orphaned()) == 2
+    assert closed_of(org) == 2
 
     assert runs_reopen(worker_id=worker_id) == 1
 
@@ -223,9 +230,19 @@ def test_an_interrupted_run_s_hold_charges_its_stored_cost_or_else_its_prompt(
             expires_at=now - timedelta(seconds=1),
             now=now,
         )
-    assert len(runs_interrupt_orphaned()) == 2
+    assert closed_of(org) == 2
 
     assert budget_holds_reconcile(now=now) == 2
 
     charged = dict(Run.objects.filter(organization=org).values_list("id", "charged_usd"))
     assert charged == {without_cost.id: Decimal("0.000120"), with_cost.id: Decimal("0.000250")}
+
+
+def test_the_beat_task_closes_a_dead_worker_s_runs(org: Organization) -> None:
+    dead = lease(expired=True)
+    runs = [run(org, worker=dead, chunks=1) for _ in range(2)]
+
+    assert interrupt_orphaned_runs() >= 2
+
+    statuses = Run.objects.filter(id__in=[r.id for r in runs]).values_list("status", flat=True)
+    assert set(statuses) == {Run.Status.INTERRUPTED}
