@@ -268,12 +268,6 @@ def budget_holds_settle(costs: Sequence[tuple[str, Decimal]]) -> dict[str, Decim
     return charged
 
 
-def budget_hold_settle(*, run_id: str, cost: Decimal) -> Decimal | None:
-    """Charge one run's cost and release the rest of its hold; None when there is no hold."""
-    with _serialized():
-        return budget_holds_settle([(run_id, cost)]).get(run_id)
-
-
 # A run in these states was generating when its worker was killed: the model server had its
 # prompt, whatever else was stored.
 _CUT_SHORT = (Run.Status.IN_PROGRESS, Run.Status.INTERRUPTED)

@@ -13,7 +13,6 @@ from telemetry.models import BudgetHold, BudgetSpend
 from telemetry.services.budgets import (
     Budget,
     budget_hold,
-    budget_hold_settle,
     budget_holds_settle,
     period_start,
     resets_at,
@@ -83,9 +82,9 @@ def test_a_charge_is_the_cost_rounded_up_never_more_than_the_hold_and_counted_on
     hold("run-1", budget, cap=10)  # holds 0.0037 + 0.000113 = 0.003813
     hold("run-2", budget, cap=10)
 
-    assert budget_hold_settle(run_id="run-1", cost=Decimal("0.0012341")) == Decimal("0.001235")
-    assert budget_hold_settle(run_id="run-1", cost=Decimal("0.5")) is None  # settled already
-    assert budget_hold_settle(run_id="run-2", cost=Decimal("0.5")) == Decimal("0.003813")
+    assert budget_holds_settle([("run-1", Decimal("0.0012341"))]) == {"run-1": Decimal("0.001235")}
+    assert budget_holds_settle([("run-1", Decimal("0.5"))]) == {}  # settled already
+    assert budget_holds_settle([("run-2", Decimal("0.5"))]) == {"run-2": Decimal("0.003813")}
 
     row = spend()
     assert (row.spent_usd, row.held_usd) == (Decimal("0.005048"), Decimal(0))
