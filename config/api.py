@@ -6,8 +6,10 @@ it, served from ninja's bundled assets (`ninja` is an installed app), so it work
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI, Swagger
 from ninja.errors import AuthenticationError as NinjaAuthenticationError
@@ -15,13 +17,21 @@ from ninja.errors import HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 from ninja.openapi.schema import OpenAPISchema
 
-from core.errors import AuthenticationError, InvalidRequest, MortarError, error_for_status
+from core.errors import (
+    AuthenticationError,
+    BackendUnavailable,
+    InvalidRequest,
+    MortarError,
+    error_for_status,
+)
 from core.http.middleware import envelope_for_path
 from core.http.openapi import add_components
 from core.http.responses import DeferredResponse, error_response
 from gateway.api import router as gateway_router
 from replay.api import router as replay_router
 from telemetry.api import router as telemetry_router
+
+logger = logging.getLogger(__name__)
 
 
 class MortarApi(NinjaAPI):
@@ -84,3 +94,18 @@ def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     return error_response(
         error_for_status(exc.status_code, str(exc)), style=envelope_for_path(request.path)
     )
+
+
+def on_database_away(request: HttpRequest, exc: Exception) -> HttpResponse:
+    # A read the answer needs (a key never seen, a stored run, a budget) while the database
+    # refuses connections: the client may retry, so a 503 in the route's envelope, not a 500.
+    # (What was accepted before is not lost: the run writer spools until the database is back.)
+    logger.warning("database unavailable for %s: %s", request.path, exc)
+    return error_response(
+        BackendUnavailable("The database cannot be reached right now; retry in a moment."),
+        style=envelope_for_path(request.path),
+    )
+
+
+api.add_exception_handler(OperationalError, on_database_away)
+api.add_exception_handler(InterfaceError, on_database_away)

@@ -99,6 +99,24 @@ def terminate_server_backends() -> int:
     return row[0] if row else 0
 
 
+@contextlib.contextmanager
+def database_refusing_connections() -> Iterator[None]:
+    """The test database refuses new connections and the server's are terminated: an outage
+    as the server sees it, with the test's own admin session kept (on another database)."""
+    database = settings.DATABASES["default"]["NAME"]
+    with admin_connection("postgres") as admin:  # a database may not refuse its own session
+        admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false')
+        try:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = %s AND application_name = %s",
+                [database, APPLICATION_NAME],
+            )
+            yield
+        finally:
+            admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
+
+
 def complete(server: ServerProcess, secret: str) -> httpx.Response:
     return httpx.post(
         f"{server.base_url}/v1/chat/completions",
@@ -239,11 +257,6 @@ def test_requests_leave_no_connection_behind(recovering: RecoveringServer, tenan
     )
 
 
-def test_the_server_logged_no_unhandled_error(recovering: RecoveringServer) -> None:
-    # Runs last in this module (pytest keeps the file's order): after every termination above.
-    assert "Internal Server Error" not in recovering.server.log(), recovering.server.log()
-
-
 def test_a_budgeted_request_while_the_database_refuses_connections_is_a_stored_503(
     recovering: RecoveringServer, budget_model: str
 ) -> None:
@@ -263,18 +276,8 @@ def test_a_budgeted_request_while_the_database_refuses_connections_is_a_stored_5
         )
 
     assert ask().status_code == 200  # the key and the model are cached now
-    database = settings.DATABASES["default"]["NAME"]
-    with admin_connection("postgres") as admin:  # a database may not refuse its own session
-        admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false')
-        try:
-            admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                " WHERE datname = %s AND application_name = %s",
-                [database, APPLICATION_NAME],
-            )
-            refused = ask()
-        finally:
-            admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
+    with database_refusing_connections():
+        refused = ask()
 
     assert refused.status_code == 503, refused.text
     assert refused.json()["error"]["code"] == "backend_unavailable"
@@ -285,3 +288,55 @@ def test_a_budgeted_request_while_the_database_refuses_connections_is_a_stored_5
         "backend_unavailable",
     )
     assert stored.held_usd is None and stored.charged_usd is None
+
+
+def test_reads_while_the_database_refuses_connections_are_503s_in_the_route_s_envelope(
+    recovering: RecoveringServer, tenant: Tenant, stored_run: tuple[str, bytes]
+) -> None:
+    """A key never seen, a stored run, a budget: what cannot be answered without the database
+    is a 503 `backend_unavailable` the client may retry, never a 500."""
+    never_used = manage("createkey", recovering.organization).strip()
+    server = recovering.server
+    hello = [{"role": "user", "content": "hello"}]
+    with database_refusing_connections():
+        answers = {
+            "chat, a key never seen": (
+                complete(server, never_used),
+                "openai",
+            ),
+            "messages, a key never seen": (
+                httpx.post(
+                    f"{server.base_url}/v1/messages",
+                    content=orjson.dumps({"max_tokens": 16, "messages": hello}),
+                    headers={"x-api-key": never_used, "anthropic-version": "2023-06-01"},
+                    timeout=30,
+                ),
+                "anthropic",
+            ),
+            "replay of a stored run": (replay(server, tenant.secret, stored_run[0]), "openai"),
+            "the key's budget": (
+                httpx.get(
+                    f"{server.base_url}/v1/budget",
+                    headers={"Authorization": f"Bearer {tenant.secret}"},
+                    timeout=30,
+                ),
+                "openai",
+            ),
+        }
+    for what, (answer, envelope) in answers.items():
+        assert answer.status_code == 503, (what, answer.status_code, answer.text)
+        body = answer.json()
+        if envelope == "anthropic":
+            assert body["type"] == "error", (what, body)
+            assert body["error"]["type"] == "overloaded_error", (what, body)
+        else:
+            assert body["error"]["code"] == "backend_unavailable", (what, body)
+    # Once the database is back, the same requests are answered.
+    assert complete(server, never_used).status_code == 200
+    assert replay(server, tenant.secret, stored_run[0]).status_code == 200
+
+
+def test_the_server_logged_no_unhandled_error(recovering: RecoveringServer) -> None:
+    # Runs last in this module (pytest keeps the file's order): after every termination and
+    # every refused connection above.
+    assert "Internal Server Error" not in recovering.server.log(), recovering.server.log()
