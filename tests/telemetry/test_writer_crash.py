@@ -10,6 +10,7 @@ received is in the database: as many, byte for byte, none twice.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from django.conf import settings
 from django.db import connection
 
 from telemetry.models import Run, RunChunk
+from telemetry.services.interruptions import WORKER_INTERRUPTED
 from tests.conftest import Tenant, _server_env
 from tests.support.postgres_proxy import PostgresProxy
 from tests.support.servers import ServerProcess, start_mortar
@@ -33,6 +35,12 @@ STREAMS = 12
 # 80 pieces 50 ms apart: 4 s a stream, so every stream is cut short by the kill.
 PROMPT = "[mock chunks=80 delay_ms=50] tell me a long story"
 UNDER_WAY_EVENTS = 5
+# The workers here hold short leases, so a dead worker's runs are closed within seconds: within
+# its lease plus one renewal interval (a third of it) of the death — or, for a worker that lost
+# the database, of a whole lease renewed after the database is back — plus slack for a loaded
+# machine.
+LEASE = 2
+CLOSED_WITHIN = LEASE + LEASE / 3 + 5
 
 
 @dataclass
@@ -58,6 +66,7 @@ def crash_site(
         "MORTAR_VAR_DIR": str(var_dir),
         # The writer holds a second of rows before it writes them: what the log must cover.
         "MORTAR_WRITER_INTERVAL_MS": "1000",
+        "MORTAR_WORKER_LEASE_SECONDS": str(LEASE),
     }
     proxy = None
     if connection.vendor == "postgresql":
@@ -174,6 +183,22 @@ def assert_every_received_chunk_stored(site: CrashSite, received: list[Received]
     )
 
 
+def assert_runs_interrupted(received: list[Received], *, since: float, within: float) -> None:
+    """No run of the dead worker is in progress `within` seconds of `since` (monotonic): each
+    is closed as interrupted, with the chunks that were stored."""
+    runs = Run.objects.filter(pk__in=[r.run_id for r in received])
+    wait_until(
+        lambda: runs.count() == STREAMS and not runs.filter(status=Run.Status.IN_PROGRESS).exists(),
+        timeout=within + 30,  # a failure says how late, rather than only that it was
+        message=lambda: list(runs.values_list("id", "status")),
+    )
+    closed_after = time.monotonic() - since
+    assert closed_after <= within, f"closed {closed_after:.1f} s after, allowed {within:.1f} s"
+    for run in runs:
+        assert (run.status, run.error_code) == (Run.Status.INTERRUPTED, WORKER_INTERRUPTED)
+        assert run.chunk_count == RunChunk.objects.filter(run=run).count()
+
+
 def test_kill_9_mid_stream_loses_no_chunk_a_client_received(
     crash_site: CrashSite, tenant: Tenant
 ) -> None:
@@ -184,6 +209,7 @@ def test_kill_9_mid_stream_loses_no_chunk_a_client_received(
         pass
 
     received = asyncio.run(stream_until_killed(server, tenant, nothing))
+    killed_at = time.monotonic()
     # What the killed worker left: its log, unreplayed until a worker starts.
     left = list(crash_site.log_dir.glob(f"log-{dead_pid}-*.seg"))
     assert left, sorted(p.name for p in crash_site.log_dir.glob("*"))
@@ -191,6 +217,8 @@ def test_kill_9_mid_stream_loses_no_chunk_a_client_received(
     successor = crash_site.start()
     try:
         assert_every_received_chunk_stored(crash_site, received)
+        # The successor (the live worker) closes the dead one's runs within its lease.
+        assert_runs_interrupted(received, since=killed_at, within=CLOSED_WITHIN)
     finally:
         successor.stop()
     assert "chunk log: replaying" in successor.log()
@@ -230,7 +258,12 @@ def test_kill_9_during_a_database_outage_loses_no_chunk_a_client_received(
         )
         assert list((crash_site.var_dir / "spool").glob("*.bin"))
         proxy.restore()
+        restored_at = time.monotonic()
         assert_every_received_chunk_stored(crash_site, received)
+        # No run is closed while the database is away; once it is back, the successor — cut
+        # off itself since it started — renews its lease for a whole lease time, then closes
+        # the dead worker's runs.
+        assert_runs_interrupted(received, since=restored_at, within=CLOSED_WITHIN + LEASE)
         wait_until(lambda: not list((crash_site.var_dir / "spool").glob("*.bin")), timeout=20)
     finally:
         successor.stop()
