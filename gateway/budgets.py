@@ -9,7 +9,10 @@ and `budget_holds_reconcile` charges it from the run's stored usage.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -19,13 +22,16 @@ from django.db import DatabaseError
 
 from accounts.models import ApiKey
 from core.db import database_call_on, database_read
-from core.errors import BackendUnavailable
+from core.errors import BackendUnavailable, InsufficientQuota
+from core.loops import PerLoop
 from telemetry.costs import Prices
 from telemetry.models import BudgetSpend
 from telemetry.services.budgets import (
     Budget,
+    Held,
+    HoldRequest,
     Standing,
-    budget_hold,
+    budget_holds,
     budget_standing,
     charge_for,
     to_micro,
@@ -33,9 +39,9 @@ from telemetry.services.budgets import (
 
 logger = logging.getLogger(__name__)
 
-# The ledger's threads, each keeping its own connection: holds wait on the database's commit,
-# so a few run at once (they queue on the budget's row lock anyway).
-LEDGER_THREADS = ThreadPoolExecutor(4, thread_name_prefix="mortar-ledger")
+# The ledger's thread, keeping its own connection: one batch of holds at a time (a loop's
+# batches are taken one after another; a second loop, in the test suite, gets the same thread).
+LEDGER_THREADS = ThreadPoolExecutor(1, thread_name_prefix="mortar-ledger")
 
 # A hold outlives its generation by this much before the reconciliation may settle it: a
 # generation never runs past its deployment's total timeout, and the run's row needs a moment
@@ -82,6 +88,78 @@ class HeldBudget:
         return self.charged_usd
 
 
+class HoldBatches:
+    """The event loop's holds, taken together: the holds asked for during one loop pass — and
+    those asked for while the previous batch was committing — go to the ledger as one batch,
+    one thread hop, one round trip and one commit (`budget_holds`).
+
+    One batch is in flight at a time, so batches grow with the load: one request alone waits
+    for its own commit, 32 at once share one. The answers come back in the batch's order, so
+    a budget's holds are taken first come, first served.
+    """
+
+    def __init__(self) -> None:
+        self._waiting: list[tuple[HoldRequest, asyncio.Future[Held | InsufficientQuota]]] = []
+        self._taking = False
+        self._task: asyncio.Task[None] | None = None  # held: a task nothing holds may vanish
+
+    async def hold(self, request: HoldRequest) -> Held | InsufficientQuota:
+        answer: asyncio.Future[Held | InsufficientQuota] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self._waiting.append((request, answer))
+        if not self._taking:
+            self._taking = True
+            # A task, so it starts after this pass's other callbacks: their holds join.
+            self._task = asyncio.get_running_loop().create_task(self._take_batches())
+        return await answer
+
+    async def _take_batches(self) -> None:
+        try:
+            while self._waiting:
+                batch, self._waiting = self._waiting, []
+                requests = [request for request, _ in batch]
+                now = datetime.now(UTC)
+                try:
+                    answers = await database_call_on(
+                        LEDGER_THREADS, functools.partial(budget_holds, requests, now=now)
+                    )
+                except DatabaseError as away:
+                    # Without the ledger no one can tell what a budget can pay: nothing is
+                    # sent. (A batch whose commit was acknowledged to no one, tried again,
+                    # fails on its run ids: its holds expire and the reconciliation releases
+                    # them.)
+                    logger.warning("budget: no holds for %d requests: %s", len(batch), away)
+                    _fail(batch, lambda: BackendUnavailable(LEDGER_AWAY))
+                except Exception:  # a bug: each request fails (a 500), none waits forever
+                    logger.exception("budget: no holds for %d requests", len(batch))
+                    _fail(batch, lambda: RuntimeError("no budget hold: see the server's log"))
+                else:
+                    for (_, answer), held in zip(batch, answers, strict=True):
+                        if not answer.done():  # its request may have been cancelled
+                            answer.set_result(held)
+        finally:
+            self._taking = False
+
+
+LEDGER_AWAY = (
+    "The budget ledger cannot be reached right now; the request was not sent to the model. "
+    "Retry in a moment."
+)
+
+
+def _fail(
+    batch: list[tuple[HoldRequest, asyncio.Future[Held | InsufficientQuota]]],
+    error: Callable[[], BaseException],
+) -> None:
+    for _, answer in batch:
+        if not answer.done():
+            answer.set_exception(error())
+
+
+hold_batches = PerLoop(HoldBatches)
+
+
 async def hold_for(
     *,
     run_id: str,
@@ -96,29 +174,11 @@ async def hold_for(
     budgets = budgets_for(key)
     if not budgets or not costs_something(prices):
         return None
-    now = datetime.now(UTC)
-    try:
-        held = await database_call_on(
-            LEDGER_THREADS,
-            lambda: budget_hold(
-                run_id=run_id,
-                budgets=budgets,
-                prompt_tokens=prompt_tokens,
-                max_tokens=max_tokens,
-                prices=prices,
-                expires_at=now + timedelta(seconds=total_timeout_s) + HOLD_MARGIN,
-                now=now,
-            ),
-        )
-    except DatabaseError as away:
-        # Without the ledger no one can tell what the budget can pay: nothing is sent. (A hold
-        # whose commit was acknowledged to no one, tried again, fails on its run id: its hold
-        # expires and is released by the reconciliation.)
-        logger.warning("budget: no hold for %s: %s", run_id, away)
-        raise BackendUnavailable(
-            "The budget ledger cannot be reached right now; the request was not sent to the "
-            "model. Retry in a moment."
-        ) from away
+    expires_at = datetime.now(UTC) + timedelta(seconds=total_timeout_s) + HOLD_MARGIN
+    request = HoldRequest(run_id, budgets, prompt_tokens, max_tokens, prices, expires_at)
+    held = await hold_batches().hold(request)
+    if isinstance(held, InsufficientQuota):
+        raise held
     return HeldBudget(run_id=run_id, amount_usd=held.amount_usd, max_tokens=held.max_tokens)
 
 

@@ -6,11 +6,14 @@ serialized by the database and `spent + held` never passes the budget. Locks are
 in one order — holds by run id, then period rows by id — so two transactions never wait on
 each other in a circle.
 
-On Postgres a hold and a batch's settlement are each one call of a function
-(`mortar_budget_hold`, `mortar_budget_settle`: migration 0009), one round trip where the same
-steps from Python took seven or eight; the run writer settles the runs it stores, in the
-transaction that stores their outcomes. SQLite (the embedded mode: one process) runs the same
-ledger in Python below, with no row locks: a process-wide lock serializes its transactions.
+On Postgres the holds a worker takes together (those of one event-loop pass, or that arrived
+while the previous batch was committing) and a batch's settlement are each one call of a
+function (`mortar_budget_holds`, `mortar_budget_settle`: migrations 0009 and 0011), one round
+trip and one commit where the same steps from Python took seven or eight a request — and one
+row lock held across one commit for the whole batch, not one per request; the run writer
+settles the runs it stores, in the transaction that stores their outcomes. SQLite (the
+embedded mode: one process) runs the same ledger in Python below, with no row locks: a
+process-wide lock serializes its transactions.
 
 Amounts are Decimal USD to the micro-dollar: a hold is rounded up (it must cover the cost), a
 charge is the cost rounded up and never more than its hold (so the charges of a period never
@@ -127,6 +130,44 @@ def _locked_spend(budget: Budget, now: datetime) -> BudgetSpend:
     return row
 
 
+@dataclass(frozen=True)
+class HoldRequest:
+    """One request's hold to take: what it may cost, on which budgets, until when."""
+
+    run_id: str
+    budgets: Sequence[Budget]  # the organization's before the key's
+    prompt_tokens: int
+    max_tokens: int
+    prices: Prices
+    expires_at: datetime
+
+    @property
+    def prompt_cost(self) -> Decimal:
+        return self.prompt_tokens * self.prices.input / PER_MILLION
+
+    @property
+    def per_token(self) -> Decimal:
+        return self.prices.output / PER_MILLION
+
+
+def budget_holds(
+    requests: Sequence[HoldRequest], *, now: datetime
+) -> list[Held | InsufficientQuota]:
+    """Take each request's hold — the prompt and the output cap on every budget, the cap
+    lowered to what the tightest can pay — in order (on Postgres in one transaction); answer,
+    in the requests' order, what each held or the refusal of one that cannot pay its prompt
+    and one token."""
+    if connection.vendor == "postgresql":
+        return _postgres_holds(requests, now=now)
+    answers: list[Held | InsufficientQuota] = []
+    for request in requests:
+        try:
+            answers.append(_sqlite_hold(request, now=now))
+        except InsufficientQuota as refusal:
+            answers.append(refusal)
+    return answers
+
+
 def budget_hold(
     *,
     run_id: str,
@@ -137,17 +178,17 @@ def budget_hold(
     expires_at: datetime,
     now: datetime,
 ) -> Held:
-    """Hold the prompt and the output cap on every budget, lowering the cap to what the
-    tightest one can pay; raise InsufficientQuota when it cannot pay the prompt and one token.
+    """Hold one request's cost (`budget_holds`); raise InsufficientQuota to refuse it."""
+    request = HoldRequest(run_id, budgets, prompt_tokens, max_tokens, prices, expires_at)
+    [answer] = budget_holds([request], now=now)
+    if isinstance(answer, InsufficientQuota):
+        raise answer
+    return answer
 
-    `budgets`: the organization's before the key's.
-    """
-    prompt_cost = prompt_tokens * prices.input / PER_MILLION
-    per_token = prices.output / PER_MILLION
-    if connection.vendor == "postgresql":
-        return _postgres_hold(
-            run_id, budgets, prompt_cost, per_token, max_tokens, expires_at=expires_at, now=now
-        )
+
+def _sqlite_hold(request: HoldRequest, *, now: datetime) -> Held:
+    run_id, budgets, max_tokens = request.run_id, request.budgets, request.max_tokens
+    prompt_cost, per_token, expires_at = request.prompt_cost, request.per_token, request.expires_at
     with _serialized():
         rows = [(budget, _locked_spend(budget, now)) for budget in budgets]
         remaining = min(budget.usd - row.spent_usd - row.held_usd for budget, row in rows)
@@ -191,39 +232,53 @@ def _server_bound_cursor() -> Iterator[psycopg.Cursor[Any]]:
         yield cursor
 
 
-_HOLD = (
-    "SELECT max_tokens, amount_usd, remaining_usd FROM mortar_budget_hold("
-    "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-)
+_HOLDS = "SELECT run_id, max_tokens, amount_usd, remaining_usd FROM mortar_budget_holds(%s)"
 
 
-def _postgres_hold(
-    run_id: str,
-    budgets: Sequence[Budget],
-    prompt_cost: Decimal,
-    per_token: Decimal,
-    max_tokens: int,
-    *,
-    expires_at: datetime,
-    now: datetime,
-) -> Held:
-    by_owner = {budget.owner: budget for budget in budgets}
-    params: list[object] = [run_id]
-    for owner in (BudgetSpend.Owner.ORGANIZATION, BudgetSpend.Owner.KEY):
-        budget = by_owner.get(owner)
-        params += (
-            [None] * 4
-            if budget is None
-            else [budget.owner_id, budget.period, period_start(budget.period, now), budget.usd]
+def _budget_fields(prefix: str, budget: Budget | None, now: datetime) -> dict[str, object]:
+    if budget is None:
+        return {}  # absent: NULL in the function's record, that owner has no budget
+    return {
+        f"{prefix}_id": budget.owner_id,
+        f"{prefix}_period": budget.period,
+        f"{prefix}_start": period_start(budget.period, now),
+        f"{prefix}_usd": str(budget.usd),
+    }
+
+
+def _postgres_holds(
+    requests: Sequence[HoldRequest], *, now: datetime
+) -> list[Held | InsufficientQuota]:
+    # One jsonb parameter, encoded in C (orjson): psycopg's adaptation of thirteen parameters
+    # a request, in Python, cost more than the function's work.
+    items = []
+    for request in requests:
+        by_owner = {budget.owner: budget for budget in request.budgets}
+        items.append(
+            {
+                "run_id": request.run_id,
+                **_budget_fields("organization", by_owner.get(BudgetSpend.Owner.ORGANIZATION), now),
+                **_budget_fields("key", by_owner.get(BudgetSpend.Owner.KEY), now),
+                "prompt_cost": str(request.prompt_cost),
+                "per_token": str(request.per_token),
+                "max_tokens": request.max_tokens,
+                "expires_at": request.expires_at,
+            }
         )
-    params += [prompt_cost, per_token, max_tokens, expires_at]
     with _server_bound_cursor() as cursor:
-        row = cursor.execute(_HOLD, params, prepare=True).fetchone()
-    assert row is not None
-    cap, amount, remaining = row
-    if cap < 0:
-        raise _refusal(prompt_cost + per_token, remaining)
-    return Held(max_tokens=cap, amount_usd=amount, prompt_usd=to_micro(prompt_cost))
+        rows = cursor.execute(_HOLDS, [Jsonb(items, dumps=orjson.dumps)], prepare=True).fetchall()
+    held = {run_id: (cap, amount, remaining) for run_id, cap, amount, remaining in rows}
+    answers: list[Held | InsufficientQuota] = []
+    for request in requests:
+        cap, amount, remaining = held[request.run_id]
+        prompt_cost = request.prompt_cost
+        if cap < 0:
+            answers.append(_refusal(prompt_cost + request.per_token, remaining))
+        else:
+            answers.append(
+                Held(max_tokens=cap, amount_usd=amount, prompt_usd=to_micro(prompt_cost))
+            )
+    return answers
 
 
 def charge_for(cost: Decimal, held: Decimal) -> Decimal:

@@ -12,7 +12,10 @@ from telemetry.costs import Prices
 from telemetry.models import BudgetHold, BudgetSpend
 from telemetry.services.budgets import (
     Budget,
+    HoldRequest,
+    Held,
     budget_hold,
+    budget_holds,
     budget_holds_settle,
     period_start,
     resets_at,
@@ -133,3 +136,47 @@ def test_a_batch_settles_each_run_on_both_its_budgets_once_and_skips_runs_withou
     assert not BudgetHold.objects.exists()
     for row in BudgetSpend.objects.filter(owner_id=KEY_ID):
         assert (row.spent_usd, row.held_usd) == (Decimal("0.004814"), Decimal(0))
+
+
+def test_a_batch_of_holds_is_taken_in_order_each_on_what_the_ones_before_it_left() -> None:
+    """The holds one worker takes together: in the batch's order, in one transaction; the
+    period's rows are created by the batch's first hold, once, and a refusal holds nothing
+    and does not undo the others."""
+    organization = Budget("organization", KEY_ID, Decimal("1"), "month")
+    # 0.003813 a hold of 1000 prompt tokens and 10 output tokens: two fit whole, the third
+    # only with its cap lowered, the fourth cannot pay its prompt and one token.
+    key = Budget("key", KEY_ID, Decimal("0.011383"), "month")
+    other_key = Budget("key", KEY_ID + 1, Decimal("1"), "day")  # another budget, same batch
+
+    def request(run_id: str, *budgets: Budget) -> HoldRequest:
+        expires = NOW + timedelta(minutes=11)
+        return HoldRequest(run_id, list(budgets), 1000, 10, PRICES, expires)
+
+    answers = budget_holds(
+        [
+            request("run-1", organization, key),
+            request("run-2", organization, key),
+            request("run-other", other_key),
+            request("run-3", organization, key),
+            request("run-4", organization, key),
+        ],
+        now=NOW,
+    )
+    assert [type(a) for a in answers] == [Held, Held, Held, Held, InsufficientQuota]
+    caps = [a.max_tokens for a in answers if isinstance(a, Held)]
+    # What run-3 can pay: 0.011383 - 2 * 0.003813 - 0.0037 = 0.000057, 5 tokens at 0.0000113
+    assert caps == [10, 10, 10, 5]
+    assert (answers[4].status, answers[4].code) == (402, "insufficient_quota")
+    assert set(BudgetHold.objects.values_list("run_id", flat=True)) == {
+        "run-1",
+        "run-2",
+        "run-3",
+        "run-other",
+    }
+    key_row = spend()
+    # 0.0037 + 5 * 0.0000113 = 0.0037565, rounded up: the budget, to the micro-dollar
+    assert key_row.held_usd == Decimal("0.003813") * 2 + Decimal("0.003757") == key.usd
+    other = BudgetSpend.objects.get(owner="key", owner_id=KEY_ID + 1)
+    assert other.held_usd == Decimal("0.003813")
+    org_row = BudgetSpend.objects.get(owner="organization", owner_id=KEY_ID)
+    assert org_row.held_usd == key_row.held_usd
