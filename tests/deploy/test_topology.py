@@ -24,6 +24,7 @@ from tests.support.waiting import wait_until
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres, pytest.mark.redis]
 
 ID_LINE = re.compile(rb"^id: (\d+)\n", re.MULTILINE)
+VAR_DIR = Path(_server_env()["MORTAR_VAR_DIR"])
 CELERY = str(Path(sys.executable).with_name("celery"))
 
 
@@ -62,6 +63,16 @@ def topology(tmp_path: Path) -> Iterator[tuple[ServerProcess, Path]]:
                 process.kill()
                 process.wait()
         server.stop()
+
+
+def worker_processes(supervisor: int) -> list[int]:
+    """The uvicorn workers the supervisor spawned (not multiprocessing's resource tracker)."""
+    children = Path(f"/proc/{supervisor}/task/{supervisor}/children").read_text().split()
+    return [
+        int(child)
+        for child in children
+        if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes()
+    ]
 
 
 def completion(client: httpx.Client, tenant: Tenant) -> str:
@@ -115,6 +126,15 @@ def test_two_workers_serve_stop_each_other_s_generations_and_replay(
         if len(seen) == 2:
             break
     assert len(seen) == 2, "one worker served every connection"
+    # Each worker process logs what it queues for the run writer in files of its own (README,
+    # "Nothing received is lost"): two processes, two sets of segments, none shared.
+    workers = worker_processes(server.process.pid)
+    assert len(workers) == 2
+    for pid in workers:
+        wait_until(
+            lambda pid=pid: list((VAR_DIR / "chunklog").glob(f"log-{pid}-*.seg")),
+            message=f"worker {pid} has no crash log of its own",
+        )
 
     prompt = words(120)  # ~8 s of stream: stopped long before its end
     stream = SdkStream(server, tenant, slow_model, prompt)
