@@ -166,3 +166,48 @@ def test_a_stream_longer_than_the_grace_is_stopped_recorded_and_the_worker_exits
     assert run.finished_at is not None
     assert run.completion_tokens == stream.usage().completion_tokens
     assert run.chunk_count == len(stream.chunks) + 1  # and [DONE]
+
+
+def test_a_json_request_longer_than_the_grace_returns_what_was_generated(
+    tmp_path, tenant, slow_model
+) -> None:
+    from telemetry.models import Run
+
+    server = serve(tmp_path, grace_seconds=1)
+    client = openai.OpenAI(
+        base_url=f"{server.base_url}/v1", api_key=tenant.secret, max_retries=0, timeout=60
+    )
+    prompt = words(120)
+    request_id = f"shutdown-json-{time.monotonic_ns()}"
+    answers: list[Any] = []
+    thread = threading.Thread(
+        target=lambda: answers.append(
+            client.chat.completions.create(
+                model=slow_model,
+                messages=[{"role": "user", "content": prompt}],
+                stream=False,
+                extra_headers={"X-Request-Id": request_id},
+            )
+        )
+    )
+    try:
+        thread.start()
+        run_id = wait_until(
+            lambda: Run.objects.filter(request_id=request_id).values_list("id", flat=True).first()
+        )
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(timeout=30) == 0, server.log()
+        thread.join(30)
+    finally:
+        server.stop()
+
+    [completion] = answers
+    assert completion.id == run_id
+    assert completion.choices[0].finish_reason == "stopped"
+    content = completion.choices[0].message.content
+    assert f"You said: {prompt}".startswith(content)
+    assert len(content) < len(f"You said: {prompt}")
+    run = Run.objects.get(pk=run_id)
+    assert run.status == Run.Status.STOPPED
+    assert run.error_code == "worker_shutdown"
+    assert run.completion_tokens == completion.usage.completion_tokens
