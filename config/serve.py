@@ -24,6 +24,7 @@ BACKSTOP_MARGIN_SECONDS = 10  # time for the stopped streams' endings to reach t
 
 
 def exit_cleanly(signum: int, frame: FrameType | None) -> None:
+    """End the process with status 0: uvicorn has already shut down gracefully."""
     raise SystemExit(0)
 
 
@@ -39,9 +40,10 @@ def uvicorn_arguments(arguments: list[str]) -> list[str]:
     return [APPLICATION, *arguments]
 
 
-# At import, not under __main__: uvicorn's worker processes import this module again (as
-# multiprocessing's main module) and need the handler as much as the supervisor.
-signal.signal(signal.SIGTERM, exit_cleanly)
+# In the supervisor (`__main__`) and in each worker uvicorn spawns, which runs this module again
+# as multiprocessing's main module (`__mp_main__`); never in a process that merely imports it.
+if __name__ in {"__main__", "__mp_main__"}:
+    signal.signal(signal.SIGTERM, exit_cleanly)
 
 if __name__ == "__main__":
     from uvicorn.main import main
