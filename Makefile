@@ -30,12 +30,15 @@ assets: $(ASSETS_DIR)/uPlot.iife.min.js
 screenshots: install
 	$(BIN)/python -m dashboard.screenshots --out var/screenshots
 
-## serve: migrate, make sure the demo organization and key exist, serve with uvicorn
-## (no access log: every request is stored as a run, and the log line costs ~1 ms of CPU)
+## serve: migrate, make sure the demo organization and key exist, serve WORKERS uvicorn processes
+## on one port (default 1 embedded, the core count with DATABASE_URL and REDIS_URL set; more than
+## one without REDIS_URL is refused) through config/serve.py, which exits 0 after a graceful
+## shutdown (no access log: every request is stored as a run, and the log line costs ~1 ms of CPU)
+override WORKERS := $(or $(WORKERS),$(if $(and $(DATABASE_URL),$(REDIS_URL)),$(shell nproc),1))
 serve: install
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py bootstrap
-	$(BIN)/uvicorn config.asgi:application --host $(HOST) --port $(PORT) \
+	$(BIN)/python -m config.serve --host $(HOST) --port $(PORT) --workers $(WORKERS) \
 		--loop uvloop --http httptools --no-access-log
 
 ## serve-daphne: the same app on daphne (channels' runserver)

@@ -1,5 +1,5 @@
 """The ASGI application: Django's handler for HTTP, channels for websockets, and a lifespan that
-warms up at start and flushes the run writer on shutdown.
+warms up at start (or refuses to: config/workers.py) and flushes the run writer on shutdown.
 
 One route skips Django's handler for speed: `POST /v1/chat/completions` goes through the lean
 dispatch (`core.http.asgi`), which calls the same ninja operation Django's handler would
@@ -22,6 +22,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from config.workers import refusal_of_this_start, stop_the_supervisor  # noqa: E402
 from core.backplane import backplane  # noqa: E402
 from core.errors import BackendUnavailable  # noqa: E402
 from core.http.asgi import ASGIApp, LeanDispatch, Receive, Scope, Send  # noqa: E402
@@ -29,6 +30,7 @@ from core.lookups import lookup_cache  # noqa: E402
 from core.termination import on_termination  # noqa: E402
 from dashboard.websockets import websocket_urlpatterns  # noqa: E402
 from gateway.api import CHAT_COMPLETIONS_PATH  # noqa: E402
+from gateway.coordination.shutdown import stop_generations_after  # noqa: E402
 from gateway.coordination.stop import live_generations  # noqa: E402
 from gateway.tokens import default_counter  # noqa: E402
 from gateway.upstream.client import close_clients  # noqa: E402
@@ -89,10 +91,17 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
+            refusal = refusal_of_this_start()
+            if refusal:
+                logger.error(refusal)
+                stop_the_supervisor()
+                await send({"type": "lifespan.startup.failed", "message": refusal})
+                return
             # Load the tokenizer now, not on the first request (~0.3 s).
             await asyncio.to_thread(default_counter)
             await start_backplane()
             on_termination(telemetry_feed().end_streams)  # they never end by themselves
+            on_termination(lambda: stop_generations_after(settings.MORTAR_SHUTDOWN_GRACE_SECONDS))
             start_run_writer()  # drains spool files a stopped worker left behind
             # The lease this worker's runs name; renewed in the background from now on.
             await start_worker_heartbeat()

@@ -48,6 +48,16 @@ def env_int(name: str, default: int) -> int:
         raise ImproperlyConfigured(f"{name} must be an integer, not {raw!r}") from None
 
 
+def env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number, not {raw!r}") from None
+
+
 def env_list(name: str, default: list[str]) -> list[str]:
     raw = os.environ.get(name, "").strip()
     if not raw:
@@ -246,6 +256,12 @@ MORTAR_WRITER_SPILL_AT = env_int("MORTAR_WRITER_SPILL_AT", 50_000)
 MORTAR_WORKER_LEASE_SECONDS = env_int("MORTAR_WORKER_LEASE_SECONDS", 30)
 if MORTAR_WORKER_LEASE_SECONDS < 1:
     raise ImproperlyConfigured("MORTAR_WORKER_LEASE_SECONDS must be at least 1")
+# On SIGTERM a worker stops accepting and lets generations in flight finish for this many
+# seconds, then stops the rest (stored as `stopped`, error code `worker_shutdown`) and exits
+# (README, "Deploying"). Keep it below the orchestrator's kill timeout.
+MORTAR_SHUTDOWN_GRACE_SECONDS = env_float("MORTAR_SHUTDOWN_GRACE_SECONDS", 30.0)
+if MORTAR_SHUTDOWN_GRACE_SECONDS < 0:
+    raise ImproperlyConfigured("MORTAR_SHUTDOWN_GRACE_SECONDS must not be negative")
 # Concurrent `GET /v1/telemetry/stream` streams one organization, and one key, may hold on one
 # worker process; past them a 429 `too_many_streams` (README, "Redis trouble and fair telemetry").
 MORTAR_TELEMETRY_STREAMS_PER_ORG = env_int("MORTAR_TELEMETRY_STREAMS_PER_ORG", 50)

@@ -13,20 +13,23 @@ class Flag:
     waiting on an `asyncio.Event` for that cost a task and two loop passes a request.
     """
 
-    __slots__ = ("_listeners", "_set")
+    __slots__ = ("_listeners", "_set", "reason")
 
     def __init__(self) -> None:
         self._set = False
         self._listeners: list[Callable[[], object]] = []
+        # Why it was set, when not by a person pressing Stop (e.g. "worker_shutdown").
+        self.reason = ""
 
     def is_set(self) -> bool:
         return self._set
 
-    def set(self) -> None:
+    def set(self, reason: str = "") -> None:
         """Set the flag and call every listener, now, in the order they came."""
         if self._set:
             return
         self._set = True
+        self.reason = reason
         listeners, self._listeners = self._listeners, []
         for listener in listeners:
             listener()

@@ -36,6 +36,9 @@ class LiveGenerations:
 
     def __init__(self, plane: Backplane | None = None) -> None:
         self._running: dict[str, tuple[int, Flag]] = {}
+        # Set by `stop_all` (a worker shutting down): a generation starting after it is
+        # stopped at once, so none outlives the shutdown.
+        self._stopped_all_because = ""
         self._backplane = plane or backplane()
         self._backplane.on(STOP_CHANNEL, self._on_stop_request)
 
@@ -46,8 +49,20 @@ class LiveGenerations:
     async def register(self, run_id: str, organization_id: int) -> Flag:
         """Register a starting generation; return the flag a stop will set."""
         flag = Flag()
+        if self._stopped_all_because:
+            flag.set(self._stopped_all_because)
+            return flag
         self._running[run_id] = (organization_id, flag)
         return flag
+
+    def stop_all(self, reason: str) -> int:
+        """Stop every generation of this worker, and any that starts from now on; return how
+        many were running."""
+        self._stopped_all_because = reason
+        running, self._running = self._running, {}
+        for _, flag in running.values():
+            flag.set(reason)
+        return len(running)
 
     def unregister(self, run_id: str) -> None:
         """Forget a generation that ended; a stop for it is a 404 from now on."""

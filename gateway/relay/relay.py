@@ -68,6 +68,9 @@ class Relay:
         self, status: str, *, http_status: int, error_code: str = "", error_message: str = ""
     ) -> None:
         """Record the run's end with its usage and what that usage cost."""
+        if status == Run.Status.STOPPED and not error_code and self.stop is not None:
+            # Stopped by the worker itself (its shutdown grace ran out), not by a person.
+            error_code = self.stop.reason
         usage, source = self.usage()
         if self.on_usage is not None:
             on_usage, self.on_usage = self.on_usage, None

@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,11 +48,35 @@ class ServerProcess:
 
 
 def start_mortar(
-    env: Mapping[str, str], *, log_dir: Path, server: str = "uvicorn", timeout: float = 30
+    env: Mapping[str, str],
+    *,
+    log_dir: Path,
+    server: str = "uvicorn",
+    timeout: float = 30,
+    options: Sequence[str] = (),
 ) -> ServerProcess:
-    """Start Mortar's ASGI app as a real process on a free port and wait until it answers."""
+    """Start Mortar's ASGI app as a real process on a free port and wait until it answers.
+
+    `server="serve"` starts it as `make serve` does (`python -m config.serve`), with `options`
+    (e.g. `--workers 2`) added to uvicorn's."""
     port = free_port()
-    if server == "uvicorn":
+    if server == "serve":
+        command = [
+            sys.executable,
+            "-m",
+            "config.serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--loop",
+            "uvloop",
+            "--http",
+            "httptools",
+            "--no-access-log",
+            *options,
+        ]
+    elif server == "uvicorn":
         command = [
             sys.executable,
             "-m",
