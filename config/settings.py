@@ -287,11 +287,23 @@ LOGOUT_REDIRECT_URL = "dashboard:login"
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 
+# Operators' signals (issue 16; README, "Observing"). `/metrics` wants this as a Bearer token
+# when it is set. `json`: every log line a JSON object, and one line per request (a run).
+MORTAR_METRICS_TOKEN = os.environ.get("MORTAR_METRICS_TOKEN", "").strip()
+MORTAR_LOG_FORMAT = env_str("MORTAR_LOG_FORMAT", "plain").lower()
+if MORTAR_LOG_FORMAT not in ("plain", "json"):
+    raise ImproperlyConfigured("MORTAR_LOG_FORMAT must be `plain` or `json`")
+# Browser clients of /v1/ (README, "CORS"): `*`, or the origins allowed, comma-separated.
+MORTAR_CORS_ORIGINS = env_list("MORTAR_CORS_ORIGINS", ["*"])
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        "json": {"()": "core.logs.JsonFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": MORTAR_LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     # httpx logs every outbound request at INFO: one line per completion, on the hot path.
     "loggers": {"httpx": {"level": "WARNING"}, "httpcore": {"level": "WARNING"}},
