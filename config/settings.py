@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 import django_stubs_ext
@@ -296,7 +297,7 @@ if MORTAR_LOG_FORMAT not in ("plain", "json"):
 # Browser clients of /v1/ (README, "CORS"): `*`, or the origins allowed, comma-separated.
 MORTAR_CORS_ORIGINS = env_list("MORTAR_CORS_ORIGINS", ["*"])
 
-LOGGING = {
+LOGGING: dict[str, Any] = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
@@ -308,3 +309,6 @@ LOGGING = {
     # httpx logs every outbound request at INFO: one line per completion, on the hot path.
     "loggers": {"httpx": {"level": "WARNING"}, "httpcore": {"level": "WARNING"}},
 }
+if MORTAR_LOG_FORMAT == "json":
+    # uvicorn's own lines (start, stop, errors) in the same format, through the same handler.
+    LOGGING["loggers"]["uvicorn"] = {"handlers": ["console"], "level": "INFO", "propagate": False}
