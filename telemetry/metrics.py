@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from telemetry.metrics_dir import use_metrics_dir
 from telemetry.records import RunFields
@@ -30,15 +30,33 @@ DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30)
 
 
+M = TypeVar("M", "Counter", "Histogram")
+
+
+class Labelled(Generic[M]):
+    """A labelled metric's children by their label values, looked up in a dict: prometheus'
+    own `labels()` checks the values each time, most of a microsecond a call."""
+
+    def __init__(self, metric: M) -> None:
+        self.metric: M = metric
+        self.children: dict[tuple[str, ...], M] = {}
+
+    def __call__(self, *values: str) -> M:
+        child = self.children.get(values)
+        if child is None:
+            child = self.children[values] = self.metric.labels(*values)
+        return child
+
+
 @dataclass(frozen=True)
 class Metrics:
-    requests: Counter
-    duration: Histogram
-    time_to_first_token: Histogram
-    tokens: Counter
-    cost: Counter
+    requests: Labelled[Counter]
+    duration: Labelled[Histogram]
+    time_to_first_token: Labelled[Histogram]
+    tokens: Labelled[Counter]
+    cost: Labelled[Counter]
     inflight: Gauge
-    upstream_errors: Counter
+    upstream_errors: Labelled[Counter]
     writer_queue_depth: Gauge
     writer_spooled_rows: Gauge
 
@@ -54,38 +72,50 @@ def metrics() -> Metrics:
     for pid in dead:  # a worker that died: its live gauges no longer count
         multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
     return Metrics(
-        requests=Counter(
-            "mortar_requests_total",
-            "Requests that were runs, by route, model and HTTP status.",
-            ["route", "model", "status"],
+        requests=Labelled(
+            Counter(
+                "mortar_requests_total",
+                "Requests that were runs, by route, model and HTTP status.",
+                ["route", "model", "status"],
+            )
         ),
-        duration=Histogram(
-            "mortar_request_duration_seconds",
-            "From acceptance to the last byte of the reply (a whole stream).",
-            ["route", "model"],
-            buckets=DURATION_BUCKETS,
+        duration=Labelled(
+            Histogram(
+                "mortar_request_duration_seconds",
+                "From acceptance to the last byte of the reply (a whole stream).",
+                ["route", "model"],
+                buckets=DURATION_BUCKETS,
+            )
         ),
-        time_to_first_token=Histogram(
-            "mortar_time_to_first_token_seconds",
-            "From acceptance to the reply's first token.",
-            ["model"],
-            buckets=TTFT_BUCKETS,
+        time_to_first_token=Labelled(
+            Histogram(
+                "mortar_time_to_first_token_seconds",
+                "From acceptance to the reply's first token.",
+                ["model"],
+                buckets=TTFT_BUCKETS,
+            )
         ),
-        tokens=Counter(
-            "mortar_tokens_total",
-            "Tokens of generated runs: prompt, completion, and the prompt's cached part.",
-            ["model", "kind"],
+        tokens=Labelled(
+            Counter(
+                "mortar_tokens_total",
+                "Tokens of generated runs: prompt, completion, and the prompt's cached part.",
+                ["model", "kind"],
+            )
         ),
-        cost=Counter("mortar_cost_usd_total", "What generated runs cost, in USD.", ["model"]),
+        cost=Labelled(
+            Counter("mortar_cost_usd_total", "What generated runs cost, in USD.", ["model"])
+        ),
         inflight=Gauge(
             "mortar_inflight_generations",
             "Runs open now (accepted, not yet closed).",
             multiprocess_mode="livesum",
         ),
-        upstream_errors=Counter(
-            "mortar_upstream_errors_total",
-            "Model server failures: a replica that failed or refused, by deployment and code.",
-            ["deployment", "code"],
+        upstream_errors=Labelled(
+            Counter(
+                "mortar_upstream_errors_total",
+                "Model server failures: a replica that failed or refused, by deployment and code.",
+                ["deployment", "code"],
+            )
         ),
         writer_queue_depth=Gauge(
             "mortar_run_writer_queue_depth",
@@ -112,10 +142,10 @@ def run_closed(
     model = run.get("model", "")
     if opened:
         m.inflight.dec()
-    m.requests.labels(route, model, str(run.get("http_status") or "")).inc()
-    m.duration.labels(route, model).observe(seconds)
+    m.requests(route, model, str(run.get("http_status") or "")).inc()
+    m.duration(route, model).observe(seconds)
     if first_token_seconds is not None:
-        m.time_to_first_token.labels(model).observe(first_token_seconds)
+        m.time_to_first_token(model).observe(first_token_seconds)
     if run.get("dedupe_role") == "shared" or run.get("usage") is None:
         # A shared run: the leader's run counted the generation. No usage: refused before
         # generating (the prompt was counted, never sent).
@@ -123,17 +153,17 @@ def run_closed(
     prompt, completion = run.get("prompt_tokens"), run.get("completion_tokens")
     cached, cost = run.get("cached_tokens"), run.get("cost")
     if prompt:
-        m.tokens.labels(model, "prompt").inc(prompt)
+        m.tokens(model, "prompt").inc(prompt)
     if completion:
-        m.tokens.labels(model, "completion").inc(completion)
+        m.tokens(model, "completion").inc(completion)
     if cached:
-        m.tokens.labels(model, "cached").inc(cached)
+        m.tokens(model, "cached").inc(cached)
     if cost:
-        m.cost.labels(model).inc(float(cost) if isinstance(cost, Decimal) else cost)
+        m.cost(model).inc(float(cost) if isinstance(cost, Decimal) else cost)
 
 
 def upstream_failed(deployment: str, code: str) -> None:
-    metrics().upstream_errors.labels(deployment, code).inc()
+    metrics().upstream_errors(deployment, code).inc()
 
 
 def writer_depth(queued: int, spooled: int) -> None:
