@@ -294,6 +294,10 @@ MORTAR_METRICS_TOKEN = os.environ.get("MORTAR_METRICS_TOKEN", "").strip()
 MORTAR_LOG_FORMAT = env_str("MORTAR_LOG_FORMAT", "plain").lower()
 if MORTAR_LOG_FORMAT not in ("plain", "json"):
     raise ImproperlyConfigured("MORTAR_LOG_FORMAT must be `plain` or `json`")
+# Traces of /v1/ requests over OTLP/HTTP, only when an endpoint is set; the exporter reads the
+# other OTEL_* variables itself (README, "Traces").
+OTEL_EXPORTER_OTLP_ENDPOINT = env_str("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+OTEL_SERVICE_NAME = env_str("OTEL_SERVICE_NAME", "mortar")
 # Browser clients of /v1/ (README, "CORS"): `*`, or the origins allowed, comma-separated.
 MORTAR_CORS_ORIGINS = env_list("MORTAR_CORS_ORIGINS", ["*"])
 

@@ -14,9 +14,10 @@ and the others return at their first line — the hot path pays a function call 
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
+
+from django.conf import settings
 
 from core.http.asgi import ASGIApp, Receive, Scope, Send
 
@@ -30,24 +31,20 @@ _tracer: Tracer | None = None
 _provider: TracerProvider | None = None
 
 
-def tracing_configured() -> bool:
-    return bool(os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip())
-
-
 def tracing_start() -> bool:
     """Set up the tracer and its exporter when an endpoint is configured; say whether it is."""
     global _tracer, _provider
     if _tracer is not None:
         return True
-    if not tracing_configured():
+    if not settings.OTEL_EXPORTER_OTLP_ENDPOINT:
         return False
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    service = os.environ.get("OTEL_SERVICE_NAME", "").strip() or "mortar"
-    _provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    resource = Resource.create({"service.name": settings.OTEL_SERVICE_NAME})
+    _provider = TracerProvider(resource=resource)
     _provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     _tracer = _provider.get_tracer("mortar")
     return True

@@ -15,6 +15,7 @@ metric is made.
 from __future__ import annotations
 
 import functools
+import logging
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Generic, TypeVar
@@ -24,6 +25,8 @@ from telemetry.records import RunFields
 
 if TYPE_CHECKING:
     from prometheus_client import Counter, Gauge, Histogram
+
+logger = logging.getLogger(__name__)
 
 # Seconds: a JSON reply takes milliseconds, a long stream minutes.
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -168,5 +171,8 @@ def upstream_failed(deployment: str, code: str) -> None:
 
 def writer_depth(queued: int, spooled: int) -> None:
     m = metrics()
-    m.writer_queue_depth.set(queued)
-    m.writer_spooled_rows.set(spooled)
+    try:
+        m.writer_queue_depth.set(queued)
+        m.writer_spooled_rows.set(spooled)
+    except OSError:  # the metrics files' disk is full: the writer goes on all the same
+        logger.warning("run writer: its gauges were not recorded", exc_info=True)

@@ -8,6 +8,7 @@ debugging until the retention purge removes it after 7 days.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -20,6 +21,8 @@ from telemetry.models import Run
 from telemetry.records import ImageRecord, RunFields, RunOutcome
 from telemetry.request_log import request_logged
 from telemetry.writer import ChunkSent, RunClosed, RunOpened, RunWriter
+
+logger = logging.getLogger(__name__)
 
 
 class RunRecorder:
@@ -200,9 +203,16 @@ class RunRecorder:
             if self.first_token_at is None
             else (self.first_token_at - self.accepted_at).total_seconds()
         )
-        metrics.run_closed(
-            run, route=self.route, seconds=seconds, first_token_seconds=first_token, opened=opened
-        )
+        try:
+            metrics.run_closed(
+                run,
+                route=self.route,
+                seconds=seconds,
+                first_token_seconds=first_token,
+                opened=opened,
+            )
+        except OSError:  # the metrics files' disk is full: the run is stored all the same
+            logger.exception("run %s: its metrics were not recorded", self.run_id)
         request_logged(
             run,
             route=self.route,
