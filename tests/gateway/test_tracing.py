@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import httpx
 import openai
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
@@ -219,3 +220,25 @@ def test_with_tracing_off_the_model_server_gets_no_traceparent(
         )
     (received,) = mock_requests(upstream_models.a)
     assert "traceparent" not in {name.lower() for name in received["headers"]}
+
+
+def test_the_messages_route_through_djangos_handler_is_traced_alike(
+    traced_server: ServerProcess, collector: Collector, tenant: Tenant
+) -> None:
+    trace_id, client_span, traceparent = client_trace()
+    response = httpx.post(
+        f"{traced_server.base_url}/v1/messages",
+        json={
+            "model": "Qwen/Qwen2.5-7B-Instruct",
+            "max_tokens": 64,
+            "messages": [{"role": "user", "content": "hello"}],
+        },
+        headers={"x-api-key": tenant.secret, "traceparent": traceparent},
+    )
+    assert response.status_code == 200
+    spans = collector.trace(trace_id, until={"POST /v1/messages", "auth", "relay", "record"})
+    (root,) = [s for s in spans if s.name == "POST /v1/messages"]
+    assert root.parent_span_id == client_span
+    assert root.attributes["mortar.run_id"] == response.json()["id"]
+    assert {s.parent_span_id for s in spans if s is not root} == {root.span_id}
+    assert {"validate", "plan"} <= {s.name for s in spans}
