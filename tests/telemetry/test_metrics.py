@@ -184,3 +184,23 @@ def test_each_run_gets_a_metrics_directory_of_its_own(two_workers: ServerProcess
     assert [d.name for d in directories] == [str(two_workers.process.pid)]
     markers = sorted(p.name for p in directories[0].glob("pid-*"))
     assert len(markers) == 2
+
+
+def test_a_stream_in_flight_is_counted_until_it_ends(
+    two_workers: ServerProcess, tenant: Tenant, slow_model: str
+) -> None:
+    with (
+        httpx.Client(timeout=30) as client,
+        client.stream(
+            "POST",
+            f"{two_workers.base_url}{CHAT}",
+            json={"model": slow_model, "messages": [{"role": "user", "content": "one two " * 6}]},
+            headers={"Authorization": f"Bearer {tenant.secret}"},
+        ) as response,
+    ):
+        lines = response.iter_lines()
+        assert next(lines).startswith("data: ")  # the role chunk: the run is open
+        for _ in range(4):  # whichever worker answers the scrape sees it
+            assert value(scrape(two_workers), "mortar_inflight_generations") == 1
+        assert "data: [DONE]" in list(lines)
+    assert value(scrape(two_workers), "mortar_inflight_generations") == 0
