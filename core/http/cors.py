@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from core.http.asgi import ASGIApp, Receive, Scope, Send
+from core.http.requests import RequestHeaders, request_id_from
 
 ALLOWED_METHODS = "GET, POST, DELETE, OPTIONS"
 # The request headers the API reads, and the attribution headers (Arkor, "CORS").
@@ -107,7 +108,7 @@ class Cors:
         if allowed is None:
             return await self.app(scope, receive, send)
         if scope["method"] == "OPTIONS" and _header(headers, b"access-control-request-method"):
-            await self.preflight(allowed, _header(headers, b"access-control-request-headers"), send)
+            await self.preflight(allowed, headers, send)
             return
 
         async def send_with_cors(message: Mapping[str, Any]) -> None:
@@ -125,9 +126,12 @@ class Cors:
         await self.app(scope, receive, send_with_cors)
 
     async def preflight(
-        self, allowed: list[tuple[bytes, bytes]], requested: bytes | None, send: Send
+        self, allowed: list[tuple[bytes, bytes]], headers: list[tuple[bytes, bytes]], send: Send
     ) -> None:
-        """Answer a preflight: 204 with the methods and headers the API takes."""
+        """Answer a preflight: 204 with the methods and headers the API takes (and the
+        `X-Request-Id` every answer carries, PRODUCT.md decision 3)."""
+        requested = _header(headers, b"access-control-request-headers")
+        request_id = request_id_from(RequestHeaders(headers))
         await send(
             {
                 "type": "http.response.start",
@@ -137,6 +141,7 @@ class Cors:
                     (b"access-control-allow-methods", ALLOWED_METHODS.encode()),
                     (b"access-control-allow-headers", self.allow_headers(requested)),
                     (b"access-control-max-age", PREFLIGHT_MAX_AGE),
+                    (b"x-request-id", request_id.encode("latin-1")),
                 ],
             }
         )

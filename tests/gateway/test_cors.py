@@ -57,6 +57,7 @@ def test_a_preflight_is_answered_with_the_methods_and_headers(mortar_server) -> 
         "x-stainless-os",
     } <= allowed
     assert response.content == b""
+    assert response.headers["X-Request-Id"].startswith("req_")
 
 
 @pytest.mark.parametrize("dispatch", ["lean", "django"])
