@@ -16,6 +16,7 @@ from accounts.models import ApiKey
 from core.errors import AuthenticationError, Envelope
 from core.http.requests import AnyRequest
 from core.lookups import lookup_cache
+from core.tracing import step
 
 
 def key_digest(secret: str) -> str:
@@ -39,6 +40,11 @@ async def authenticate(request: AnyRequest, *, style: Envelope = Envelope.OPENAI
     Keys are cached per worker and dropped everywhere the moment any key changes
     (`lookups.py`), so a revoked key fails on its next request on every worker.
     """
+    with step("auth"):
+        return await _authenticate(request, style)
+
+
+async def _authenticate(request: AnyRequest, style: Envelope) -> ApiKey:
     secret = presented_key(request)
     if not secret:
         raise AuthenticationError(

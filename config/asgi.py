@@ -26,8 +26,10 @@ from config.workers import refusal_of_this_start, stop_the_supervisor  # noqa: E
 from core.backplane import backplane  # noqa: E402
 from core.errors import BackendUnavailable  # noqa: E402
 from core.http.asgi import ASGIApp, LeanDispatch, Receive, Scope, Send  # noqa: E402
+from core.http.cors import Cors  # noqa: E402
 from core.lookups import lookup_cache  # noqa: E402
 from core.termination import on_termination  # noqa: E402
+from core.tracing import trace_requests, tracing_start, tracing_stop  # noqa: E402
 from dashboard.websockets import websocket_urlpatterns  # noqa: E402
 from gateway.api import CHAT_COMPLETIONS_PATH  # noqa: E402
 from gateway.coordination.shutdown import stop_generations_after  # noqa: E402
@@ -36,16 +38,31 @@ from gateway.tokens import default_counter  # noqa: E402
 from gateway.upstream.client import close_clients  # noqa: E402
 from telemetry.feed import telemetry_feed  # noqa: E402
 from telemetry.leases import start_worker_heartbeat, stop_worker_heartbeat  # noqa: E402
+from telemetry.metrics import metrics  # noqa: E402
 from telemetry.writer import close_run_writer, start_run_writer  # noqa: E402
 
 logger = logging.getLogger(__name__)
 chat_completions = LeanDispatch(CHAT_COMPLETIONS_PATH)
 
 
-async def http_app(scope: Scope, receive: Receive, send: Send) -> None:
+async def api_app(scope: Scope, receive: Receive, send: Send) -> None:
     if scope["path"] == chat_completions.path and settings.MORTAR_LEAN_DISPATCH:
         return await chat_completions(scope, receive, send)
     return await django_asgi_app(scope, receive, send)
+
+
+# Browser clients: CORS on the API routes only, never on the dashboard or the admin.
+api_with_cors = Cors(api_app, settings.MORTAR_CORS_ORIGINS)
+
+
+async def routes_app(scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["path"].startswith("/v1/"):
+        return await api_with_cors(scope, receive, send)
+    return await django_asgi_app(scope, receive, send)
+
+
+# Traces only when an OTLP endpoint is configured; otherwise the wrapper is not there at all.
+http_app: ASGIApp = trace_requests(routes_app) if tracing_start() else routes_app
 
 
 # channels' stubs type ASGI callables with asgiref's TypedDicts, Django's with mappings: the
@@ -105,6 +122,7 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
             start_run_writer()  # drains spool files a stopped worker left behind
             # The lease this worker's runs name; renewed in the background from now on.
             await start_worker_heartbeat()
+            metrics()  # this worker joins the server's metrics directory (telemetry.metrics_dir)
             tune_garbage_collector()
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
@@ -113,5 +131,6 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
             await stop_worker_heartbeat()  # after the flush: its runs are closed by now
             await close_clients()
             await backplane().close()  # a stop request no longer waits for this worker
+            await asyncio.to_thread(tracing_stop)  # the last spans exported
             await send({"type": "lifespan.shutdown.complete"})
             return

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 import django_stubs_ext
@@ -303,12 +304,31 @@ LOGOUT_REDIRECT_URL = "dashboard:login"
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 
-LOGGING = {
+# Operators' signals (issue 16; README, "Observing"). `/metrics` wants this as a Bearer token
+# when it is set. `json`: every log line a JSON object, and one line per request (a run).
+MORTAR_METRICS_TOKEN = os.environ.get("MORTAR_METRICS_TOKEN", "").strip()
+MORTAR_LOG_FORMAT = env_str("MORTAR_LOG_FORMAT", "plain").lower()
+if MORTAR_LOG_FORMAT not in ("plain", "json"):
+    raise ImproperlyConfigured("MORTAR_LOG_FORMAT must be `plain` or `json`")
+# Traces of /v1/ requests over OTLP/HTTP, only when an endpoint is set; the exporter reads the
+# other OTEL_* variables itself (README, "Traces").
+OTEL_EXPORTER_OTLP_ENDPOINT = env_str("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+OTEL_SERVICE_NAME = env_str("OTEL_SERVICE_NAME", "mortar")
+# Browser clients of /v1/ (README, "CORS"): `*`, or the origins allowed, comma-separated.
+MORTAR_CORS_ORIGINS = env_list("MORTAR_CORS_ORIGINS", ["*"])
+
+LOGGING: dict[str, Any] = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        "json": {"()": "core.logs.JsonFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": MORTAR_LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     # httpx logs every outbound request at INFO: one line per completion, on the hot path.
     "loggers": {"httpx": {"level": "WARNING"}, "httpcore": {"level": "WARNING"}},
 }
+if MORTAR_LOG_FORMAT == "json":
+    # uvicorn's own lines (start, stop, errors) in the same format, through the same handler.
+    LOGGING["loggers"]["uvicorn"] = {"handlers": ["console"], "level": "INFO", "propagate": False}

@@ -9,10 +9,12 @@ from core.errors import MortarError, RouteNotFound
 from core.http.middleware import envelope_for_path
 from core.http.responses import error_response
 from gateway.health import healthz, readyz
+from telemetry.scrape import metrics_scrape
 
 urlpatterns = [
     path("healthz", healthz),
     path("readyz", readyz),
+    path("metrics", metrics_scrape),
     path("v1/", api.urls),
     # Organizations and keys moved from the gateway app to accounts: old admin links still work.
     re_path(

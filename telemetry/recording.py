@@ -8,15 +8,21 @@ debugging until the retention purge removes it after 7 days.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, Unpack
 
+from core.tracing import step
+from telemetry import metrics
 from telemetry.events import EventPublisher
 from telemetry.models import Run
 from telemetry.records import ImageRecord, RunFields, RunOutcome
+from telemetry.request_log import request_logged
 from telemetry.writer import ChunkSent, RunClosed, RunOpened, RunWriter
+
+logger = logging.getLogger(__name__)
 
 
 class RunRecorder:
@@ -32,8 +38,13 @@ class RunRecorder:
         events: EventPublisher | None,
         keep_content: bool = True,
         worker: str = "",
+        route: str = "",
+        organization: str = "",
     ):
         self.run_id = run_id
+        # The API route and the organization's name: labels of the run's metrics and log line.
+        self.route = route
+        self.organization = organization
         self.accepted_at = accepted_at
         self.organization_id = organization_id
         self.keep_content = keep_content
@@ -118,6 +129,7 @@ class RunRecorder:
         self._fields["status"] = Run.Status.IN_PROGRESS
         self._writer.submit(self._opened_row())
         self._opened = True
+        metrics.run_opened()
         for row in self._early_chunks:
             self._writer.submit(row)
         self._early_chunks.clear()
@@ -154,11 +166,15 @@ class RunRecorder:
             self.publish("generation.first_token", ttftMs=round(ttft.total_seconds() * 1000, 1))
 
     def close(self, *, status: str, **fields: Unpack[RunOutcome]) -> None:
-        """Write the run's outcome and publish it; only the first close counts."""
+        """Write the run's outcome, publish it and count it; only the first close counts."""
         if self._closed:
             return
         self._closed = True
-        _, finished_at = self._now()
+        with step("record"):
+            self._close(status, fields)
+
+    def _close(self, status: str, fields: RunOutcome) -> None:
+        elapsed_us, finished_at = self._now()
         outcome: RunFields = {
             **self._late_fields,
             **fields,
@@ -167,7 +183,8 @@ class RunRecorder:
             "first_token_at": self.first_token_at,
             "chunk_count": self._seq,
         }
-        if self._opened:
+        opened = self._opened
+        if opened:
             self._writer.submit(RunClosed(self.run_id, self._stored(outcome)))
         else:
             self._fields.update(outcome)
@@ -177,7 +194,32 @@ class RunRecorder:
                 self._writer.submit(row)
             self._early_chunks.clear()
             self._publish_accepted()
-        self._publish_outcome(status, {**self._fields, **outcome}, finished_at)
+        run: RunFields = {**self._fields, **outcome}
+        self._publish_outcome(status, run, finished_at)
+        # The one place a request's metrics and log line are recorded (issue 16).
+        seconds = elapsed_us / 1_000_000
+        first_token = (
+            None
+            if self.first_token_at is None
+            else (self.first_token_at - self.accepted_at).total_seconds()
+        )
+        try:
+            metrics.run_closed(
+                run,
+                route=self.route,
+                seconds=seconds,
+                first_token_seconds=first_token,
+                opened=opened,
+            )
+        except OSError:  # the metrics files' disk is full: the run is stored all the same
+            logger.exception("run %s: its metrics were not recorded", self.run_id)
+        request_logged(
+            run,
+            route=self.route,
+            organization=self.organization,
+            seconds=seconds,
+            first_token_seconds=first_token,
+        )
 
     def _publish_outcome(self, status: str, run: RunFields, finished_at: datetime) -> None:
         latency_ms = round((finished_at - self.accepted_at).total_seconds() * 1000, 1)

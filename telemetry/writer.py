@@ -49,6 +49,7 @@ from core.db import DatabaseAway, drop_broken_connection
 from core.loops import PerLoop
 from telemetry import chunklog, postgres_writes
 from telemetry.images import RunImages, fields_with_references, hashed, run_images_write
+from telemetry.metrics import writer_depth
 from telemetry.models import Run, RunChunk
 from telemetry.records import ImageRecord, RunFields
 from telemetry.services.budgets import budget_holds_settle
@@ -415,6 +416,8 @@ class RunWriter:
     async def _drain_forever(self) -> None:
         next_scan = 0.0
         while True:
+            # Once a batch, never per row: what /metrics shows of this writer.
+            writer_depth(len(self._queue), self._spooled)
             if time.monotonic() >= next_scan:  # at start, then now and then
                 await self._claim_orphans()
                 next_scan = time.monotonic() + ORPHAN_SCAN_SECONDS

@@ -24,12 +24,14 @@ from typing import Any
 import orjson
 
 from core.errors import UpstreamError, UpstreamRejected, UpstreamTimeout
+from core.tracing import step
 from gateway.contract.chat import ChatRequest
 from gateway.generation.reply import REASONING_FIELDS, Delta, Deltas, Generation
 from gateway.models import Deployment
 from gateway.tokens import TokenCounter
 from gateway.upstream.client import ReplicaConfig, UpstreamStream, open_stream
 from gateway.upstream.replicas import replica_health, route_session
+from telemetry.metrics import upstream_failed
 
 
 def runon_limit(max_tokens: int) -> int:
@@ -78,14 +80,17 @@ async def forward(
         config = ReplicaConfig.for_deployment(deployment, replica)
         stream: UpstreamStream | None = None
         try:
-            async with asyncio.timeout(deployment.first_byte_timeout_s):
-                stream = await open_stream(config, body)
-                chunks = stream.chunks()
-                first = await anext(chunks)
-        except UpstreamRejected:
+            with step("upstream first byte"):
+                async with asyncio.timeout(deployment.first_byte_timeout_s):
+                    stream = await open_stream(config, body)
+                    chunks = stream.chunks()
+                    first = await anext(chunks)
+        except UpstreamRejected as exc:
+            upstream_failed(deployment.name, exc.code)
             raise  # the request's fault, not the replica's: another would refuse it too
         except (UpstreamError, TimeoutError, StopAsyncIteration) as exc:
             failure = _as_upstream_error(exc, config.name)
+            upstream_failed(deployment.name, failure.code)
         except BaseException:
             if stream is not None:
                 await stream.aclose()
@@ -189,6 +194,9 @@ async def relay_chunks(
                 return
             except TimeoutError:
                 raise UpstreamTimeout("The model server took too long between chunks.") from None
+    except UpstreamError as exc:  # mid-stream: the run fails with it (counted once, here)
+        upstream_failed(deployment.name, exc.code)
+        raise
     finally:
         generation.count_later = counter.count
         await stream.aclose()

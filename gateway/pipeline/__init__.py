@@ -26,6 +26,7 @@ from accounts.models import ApiKey
 from core.errors import MortarError
 from core.http.requests import AnyRequest
 from core.http.responses import EventStreamResponse
+from core.tracing import annotate, step
 from gateway.anthropic.validation import validate_count_tokens_request
 from gateway.contract.headers import read_mortar_headers
 from gateway.coordination.dedupe import in_flight_board
@@ -54,6 +55,7 @@ async def complete(
     accepted = accept(surface.id_prefix)
     organization = key.organization
     recorder = run_recorder(accepted, key, request)
+    annotate(run_id=accepted.completion_id, organization=organization.name)
     decided = Plan(run_id=accepted.completion_id, surface=surface)
 
     try:
@@ -63,9 +65,10 @@ async def complete(
         await hold_budget(key, recorder, decided)
         claim = None
         if decided.dedupe is not None:
-            claim = await in_flight_board().claim(
-                organization.id, decided.dedupe, accepted.completion_id
-            )
+            with step("dedupe"):
+                claim = await in_flight_board().claim(
+                    organization.id, decided.dedupe, accepted.completion_id
+                )
     except MortarError as error:
         release_budget(recorder, decided)
         return refuse(error, recorder, decided)

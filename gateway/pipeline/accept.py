@@ -50,6 +50,8 @@ def run_recorder(accepted: Accepted, key: ApiKey, request: AnyRequest) -> RunRec
         worker=worker_of_new_runs(),
         events=event_publisher(),
         keep_content=organization.retention == Organization.Retention.FULL,
+        route=request.path,
+        organization=organization.name,
     )
     recorder.set(api_key_id=key.id, request_id=request_id_of(request))
     return recorder

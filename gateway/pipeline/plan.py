@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from accounts.models import Organization
 from core.errors import ContextLengthExceeded
 from core.http.requests import AnyRequest
+from core.tracing import step
 from gateway.budgets import HeldBudget
 from gateway.catalog.selectors import model_resolve
 from gateway.contract.chat import ChatRequest
@@ -159,9 +160,23 @@ async def plan(
 ) -> None:
     """Validate, resolve, select tools, optimize, count and plan into `decided`; raise a
     MortarError to refuse."""
-    chat = decided.chat = decided.surface.validate(body)
-    mortar_headers = read_mortar_headers(request)
+    with step("validate"):
+        chat = decided.chat = decided.surface.validate(body)
+        mortar_headers = read_mortar_headers(request)
+    with step("plan"):
+        await plan_validated(request, body, chat, mortar_headers, organization, recorder, decided)
 
+
+async def plan_validated(
+    request: AnyRequest,
+    body: bytes,
+    chat: ChatRequest,
+    mortar_headers: MortarHeaders,
+    organization: Organization,
+    recorder: RunRecorder,
+    decided: Plan,
+) -> None:
+    """Resolve, select tools, optimize, count and plan a validated request into `decided`."""
     model, deployment = await resolve(chat, decided)
     recorder.set(model=model.id, deployment=deployment.name)
     decided.surface.admit(model, chat)

@@ -11,6 +11,7 @@ from django.http import HttpResponse
 from core.errors import MortarError
 from core.flags import Flag
 from core.http.responses import error_response
+from core.tracing import step
 from gateway.relay.relay import STOPPED_FINISH_REASON, Relay
 from telemetry.models import Run
 
@@ -57,7 +58,7 @@ async def json_response(relay: Relay) -> HttpResponse:
     model is silent, and a stop cancels the read itself."""
     status = Run.Status.COMPLETED
     try:
-        with CancelOnStop(relay.stop) as stopping:
+        with CancelOnStop(relay.stop) as stopping, step("relay"):
             async for _ in relay.deltas:
                 relay.recorder.mark_first_token()
         if stopping.stopped:

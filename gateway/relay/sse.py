@@ -16,6 +16,7 @@ from collections.abc import AsyncGenerator
 
 from core.errors import GenerationFailed, MortarError
 from core.http.responses import EventStreamResponse
+from core.tracing import span_started
 from gateway.relay.relay import STOPPED_FINISH_REASON, Relay, abandon
 from gateway.relay.watch import Signal, watch
 from telemetry.models import Run
@@ -46,6 +47,7 @@ async def sse_events(relay: Relay) -> AsyncGenerator[bytes, None]:
         ready.clear()
         return data
 
+    relay_span = span_started("relay")
     try:
         for event in rendering.opening():
             send(event)
@@ -98,5 +100,6 @@ async def sse_events(relay: Relay) -> AsyncGenerator[bytes, None]:
             Run.Status.FAILED, http_status=200, error_code=error.code, error_message=error.message
         )
     finally:
+        relay_span.end()
         await relay.deltas.aclose()
         relay.end()

@@ -31,6 +31,7 @@ from core.errors import (
     UpstreamUnavailable,
 )
 from core.loops import PerLoop
+from core.tracing import inject_trace
 from gateway.models import Deployment
 from gateway.upstream.replicas import replica_name
 from gateway.upstream.sse import sse_data
@@ -168,11 +169,10 @@ class UpstreamStream:
 async def open_stream(config: ReplicaConfig, body: bytes) -> UpstreamStream:
     """POST the chat request and return the open stream, or raise what went wrong."""
     client = client_for(config)
+    headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+    inject_trace(headers)  # the client's trace goes on to the model server (when tracing)
     request = client.build_request(
-        "POST",
-        completions_url(config.base_url),
-        content=body,
-        headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
+        "POST", completions_url(config.base_url), content=body, headers=headers
     )
     try:
         response = await client.send(request, stream=True)
