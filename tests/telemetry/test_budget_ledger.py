@@ -12,8 +12,8 @@ from telemetry.costs import Prices
 from telemetry.models import BudgetHold, BudgetSpend
 from telemetry.services.budgets import (
     Budget,
-    HoldRequest,
     Held,
+    HoldRequest,
     budget_hold,
     budget_holds,
     budget_holds_settle,
