@@ -96,7 +96,7 @@ def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     )
 
 
-def on_database_away(request: HttpRequest, exc: Exception) -> HttpResponse:
+def on_database_away(request: HttpRequest, exc: Any) -> HttpResponse:
     # A read the answer needs (a key never seen, a stored run, a budget) while the database
     # refuses connections: the client may retry, so a 503 in the route's envelope, not a 500.
     # (What was accepted before is not lost: the run writer spools until the database is back.)
