@@ -22,7 +22,7 @@ from dashboard.selectors.runs import Cursor, RunFilters, runs_page
 from dashboard.selectors.sessions import SessionQuery, session_summaries
 from gateway.relay.chunks import DONE, ChunkEncoder
 from gateway.tokens import default_counter
-from telemetry.models import Run, RunChunk, WorkerLease
+from telemetry.models import Run, RunChunk, UsageRollup, WorkerLease
 from telemetry.services.interruptions import runs_interrupt_orphaned
 from telemetry.services.rollups import usage_rollups_refresh
 
@@ -292,6 +292,29 @@ def test_overview_sums_rollups_and_takes_percentiles_of_runs(
     assert everything.totals["errors"] == 1
     assert everything.totals["cost"] == Decimal("2.25") + Decimal("0.005")
     assert everything.totals["cache_hit_ratio"] == pytest.approx(90 / (450 + 500))
+
+
+def test_overview_reads_recent_hours_from_runs_and_older_ones_from_rollups(
+    org: Organization,
+) -> None:
+    """Beat has not run (no rollups for the last two hours), and a rollup row of an older
+    hour stands for runs retention has since purged: both are counted, neither twice."""
+    now = T0 + timedelta(hours=5, minutes=30)  # fresh hours: 14:00 and 15:00
+    UsageRollup.objects.create(
+        hour=T0 + timedelta(hours=1), organization=org, requests=7, errors=2, cost=Decimal("3")
+    )
+    make_run(org, accepted_at=T0 + timedelta(hours=1, minutes=5))  # in that rollup's hour
+    make_run(org, accepted_at=T0 + timedelta(hours=4, minutes=1))
+    make_run(org, accepted_at=T0 + timedelta(hours=5, minutes=1), status=Run.Status.FAILED)
+    make_run(org, accepted_at=T0 + timedelta(hours=5, minutes=2), status=Run.Status.IN_PROGRESS)
+
+    figures = overview(OverviewFilters(since=T0, until=now, organization_id=org.pk), now=now)
+
+    assert figures.series["requests"] == [0, 7, 0, 0, 1, 1]
+    assert figures.series["errors"] == [0, 2, 0, 0, 0, 1]
+    assert (figures.totals["requests"], figures.totals["errors"]) == (9, 3)
+    assert figures.totals["cost"] == Decimal("3.002")
+    assert figures.totals["prompt_tokens"] == 200
 
 
 def test_percentile_cont_interpolates_like_postgres() -> None:
