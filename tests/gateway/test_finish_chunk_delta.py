@@ -131,3 +131,21 @@ def test_a_json_reply_is_the_same_with_or_without_the_setting(
         for secret in (tenant.secret, opted_in.secret)
     ]
     assert replies == [SPEC_REPLY, SPEC_REPLY]
+
+
+def test_staff_turn_it_on_in_the_admin(client) -> None:  # type: ignore[no-untyped-def]
+    from django.contrib.auth.models import User
+
+    client.force_login(User.objects.create_superuser("delta-admin", password="x" * 20))
+    organization = Organization.objects.create(name="admin-delta-co")
+    page = client.get(f"/admin/accounts/organization/{organization.pk}/change/")
+    assert page.status_code == 200
+    assert b'name="finish_chunk_delta"' in page.content
+
+    form = page.context["adminform"].form
+    data = {name: value for name, value in form.initial.items() if value is not None}
+    data.update({"name": organization.name, "finish_chunk_delta": "on", "_save": "Save"})
+    saved = client.post(f"/admin/accounts/organization/{organization.pk}/change/", data)
+    assert saved.status_code == 302, saved.content
+    organization.refresh_from_db()
+    assert organization.finish_chunk_delta is True
