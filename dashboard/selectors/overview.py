@@ -1,13 +1,16 @@
 """The overview: usage per hour, and latency percentiles from a bounded run sample.
 
-Requests, errors, tokens, cache hits and cost are sums. For the hours the rollup refresh still
-recomputes (`FRESH_HOURS`: the current hour and the one before, which Celery beat's five-minute
-refresh looks back on) they are summed from the runs themselves, so the page is right the
-moment a run is stored — on the embedded default, which runs no beat, and between two refreshes
-with one. Older hours come from `UsageRollup` (hourly, recomputed by beat, `manage.py
-rollupusage`, or in-process on the embedded default: `usage_rollups_keep_fresh`), so a long
-range never scans runs. Both count alike: a run counts once it has an outcome, in the hour it
-was accepted (telemetry/services/rollups.py).
+Requests, errors, tokens, cache hits and cost are sums, read from `UsageRollup` (hourly,
+recomputed by Celery beat every five minutes, by `manage.py rollupusage`, or in-process on the
+embedded default: `usage_rollups_keep_fresh`) for the hours before the one of the rollups' last
+refresh (their watermark), and summed from the runs from that hour on — so the page is right the
+moment a run is stored, with or without beat, and a long range never scans runs. Whole hours
+on each side, so no run is counted twice (a refresh takes seconds: runs accepted meanwhile may
+or may not be in its rows). Without a watermark of the last `FRESH_HOURS` (beat never ran, or
+stopped), the current hour and the one before — the hours beat's refresh looks back on — are
+summed from runs. Both count alike: a run counts once it has an outcome, in the hour it was
+accepted (telemetry/services/rollups.py); one of the hour before the watermark's that was still
+streaming at the refresh is counted at the next.
 
 Percentiles cannot be summed, so p50 / p95 latency and time to first token are computed from
 runs: the latest `PERCENTILE_SAMPLE` completed runs of the range (an index scan on
@@ -30,12 +33,12 @@ from django.db.models.functions import TruncHour
 from django.utils import timezone
 
 from telemetry.models import Run, UsageRollup
-from telemetry.services.rollups import IS_ERROR
+from telemetry.services.rollups import IS_ERROR, usage_rollups_watermark
 
 PERCENTILE_SAMPLE = 50_000
 ONE_HOUR = timedelta(hours=1)
-# The hours summed from runs rather than read from rollups: those beat's refresh (`hours: 2`,
-# every five minutes) may not have recomputed yet.
+# Without a recent watermark, the hours summed from runs rather than read from rollups: those
+# beat's refresh (`hours: 2`, every five minutes) may not have recomputed yet.
 FRESH_HOURS = 2
 MEASURES = ("requests", "errors", "prompt_tokens", "completion_tokens", "cached_tokens", "cost")
 
@@ -76,9 +79,13 @@ def _floor_hour(moment: datetime) -> datetime:
 HourlySums = dict[datetime, dict[str, Any]]
 
 
-def fresh_since(now: datetime) -> datetime:
-    """The start of the hours summed from runs: the current hour and the one before."""
-    return _floor_hour(now) - (FRESH_HOURS - 1) * ONE_HOUR
+def fresh_since(now: datetime, watermark: datetime | None) -> datetime:
+    """Where the sums from runs start: the hour of the rollups' last refresh when it is
+    recent, else the start of the previous hour."""
+    earliest = _floor_hour(now) - (FRESH_HOURS - 1) * ONE_HOUR
+    if watermark is not None and earliest <= watermark <= now:
+        return _floor_hour(watermark)
+    return earliest
 
 
 def _rollups(filters: OverviewFilters, *, before: datetime) -> QuerySet[UsageRollup]:
@@ -159,7 +166,7 @@ def ratio(part: int | float | Decimal, whole: int | float | Decimal) -> float | 
 
 def overview(filters: OverviewFilters, *, now: datetime | None = None) -> Overview:
     """Totals, hourly series and latency percentiles for the range and filters."""
-    recent = fresh_since(now or timezone.now())
+    recent = fresh_since(now or timezone.now(), usage_rollups_watermark())
     per_hour = _hours_from_rollups(filters, before=recent)
     per_hour.update(_hours_from_runs(filters, since=recent))
     totals: dict[str, Any] = {

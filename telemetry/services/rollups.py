@@ -49,7 +49,7 @@ ONE_HOUR = timedelta(hours=1)
 LATE_FINISH_WINDOW = timedelta(hours=24)
 MAX_CATCH_UP = timedelta(days=7)
 WATERMARK_KEY = "telemetry:usage-rollups:watermark"
-IN_PROCESS_EVERY = timedelta(seconds=10)
+IN_PROCESS_EVERY = timedelta(minutes=1)
 IN_PROCESS_KEY = "telemetry:usage-rollups:in-process"
 
 IS_ERROR = Q(status__in=[Run.Status.FAILED, Run.Status.REFUSED, Run.Status.INTERRUPTED]) | Q(
@@ -89,6 +89,13 @@ def usage_rollups_catch_up(*, hours: int, now: datetime | None = None) -> Rollup
     # Only after success: a refresh that failed is retried from the old watermark.
     cache.set(WATERMARK_KEY, now, timeout=None)
     return counts
+
+
+def usage_rollups_watermark() -> datetime | None:
+    """When the last refresh that moved the watermark started (its rows hold every run
+    finished by then), or None when none has."""
+    watermark = cache.get(WATERMARK_KEY)
+    return watermark if isinstance(watermark, datetime) else None
 
 
 def usage_rollups_keep_fresh(*, now: datetime | None = None) -> RollupCounts | None:
