@@ -67,12 +67,13 @@ def test_the_overview_counts_the_requests_just_served(
             ids.append(next(iter(stream)).id)
             for _ in stream:
                 pass
-    with pytest.raises(openai.BadRequestError):  # refused: a run, and an error
+    with pytest.raises(openai.BadRequestError) as refused:  # a run too, and an error
         client.chat.completions.create(
             model=priced_model,
             messages=[{"role": "user", "content": "hi"}],
             temperature=9,
         )
+    ids.append(refused.value.response.headers["X-Mortar-Run-Id"])
     for run_id in ids:
         wait_for_run(run_id)
     runs = Run.objects.filter(organization=organization)
