@@ -74,7 +74,7 @@ beat: install-serve
 ## MORTAR_CHROMIUM names another Chromium binary.
 chromium:
 	@if [ -n "$$MORTAR_CHROMIUM" ] || command -v chromium >/dev/null; then exit 0; fi; \
-	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	if [ "$$(id -u 2>/dev/null)" = 0 ] && command -v apt-get >/dev/null; then \
 		echo "--- installing Debian's chromium for the dashboard's browser tests"; \
 		apt-get update && apt-get install -y chromium; \
 	else \
