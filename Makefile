@@ -4,16 +4,31 @@ VENV := .venv
 BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
+# The address clients use: a server listening on every interface is reached on loopback here.
+BASE_URL ?= http://$(if $(filter 0.0.0.0 ::,$(HOST)),127.0.0.1,$(HOST)):$(PORT)
 
-.PHONY: install assets screenshots serve serve-daphne worker beat test test-embedded lint format clean bench
+.PHONY: install install-serve assets chromium screenshots serve serve-daphne worker beat test \
+	test-embedded lint format clean bench
 
+# pip prints what it fetches and installs: the first install takes minutes, and a silent one
+# looks stuck.
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev]'
+## install-serve: what serving needs, and nothing more (no test, lint or browser tools)
+$(VENV)/.installed-serve: pyproject.toml | $(BIN)/python
+	@echo "--- installing Mortar's dependencies into $(VENV) (a few minutes the first time)"
+	$(BIN)/pip install -e .
 	touch $@
+
+install-serve: $(VENV)/.installed-serve assets
+
+## install: the above plus the `dev` extra (pytest, the SDKs, Playwright, ruff, mypy, …)
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	@echo "--- installing Mortar with its development tools into $(VENV)"
+	$(BIN)/pip install -e '.[dev]'
+	touch $@ $(VENV)/.installed-serve
 
 install: $(VENV)/.installed assets
 
@@ -27,43 +42,57 @@ $(ASSETS_DIR)/uPlot.iife.min.js: dashboard/frontend/package.json dashboard/front
 assets: $(ASSETS_DIR)/uPlot.iife.min.js
 
 ## screenshots: PNGs of every dashboard page in var/screenshots/ (demo data, headless Chromium)
-screenshots: install
+screenshots: install chromium
 	$(BIN)/python -m dashboard.screenshots --out var/screenshots
 
-## serve: migrate, make sure the demo organization and key exist, serve WORKERS uvicorn processes
-## on one port (default 1 embedded, the core count with DATABASE_URL and REDIS_URL set; more than
-## one without REDIS_URL is refused) through config/serve.py, which exits 0 after a graceful
-## shutdown (no access log: every request is stored as a run, and the log line costs ~1 ms of CPU)
+## serve: migrate, make sure the demo organization and key exist, print the address and how to
+## call it, serve WORKERS uvicorn processes on one port (default 1 embedded, the core count with
+## DATABASE_URL and REDIS_URL set; more than one without REDIS_URL is refused) through
+## config/serve.py, which exits 0 after a graceful shutdown (no access log: every request is
+## stored as a run, and the log line costs ~1 ms of CPU)
 override WORKERS := $(or $(WORKERS),$(if $(and $(DATABASE_URL),$(REDIS_URL)),$(shell nproc),1))
-serve: install
+serve: install-serve
 	$(BIN)/python manage.py migrate --noinput
-	$(BIN)/python manage.py bootstrap
+	$(BIN)/python manage.py bootstrap --base-url $(BASE_URL)
 	$(BIN)/python -m config.serve --host $(HOST) --port $(PORT) --workers $(WORKERS) \
 		--loop uvloop --http httptools --no-access-log
 
 ## serve-daphne: the same app on daphne (channels' runserver)
-serve-daphne: install
+serve-daphne: install-serve
 	$(BIN)/python manage.py migrate --noinput
-	$(BIN)/python manage.py bootstrap
+	$(BIN)/python manage.py bootstrap --base-url $(BASE_URL)
 	$(BIN)/python manage.py runserver $(HOST):$(PORT)
 
 ## worker: a Celery worker for background jobs (needs REDIS_URL; embedded mode runs them eagerly)
-worker: install
+worker: install-serve
 	$(BIN)/celery -A config worker --loglevel INFO
 
 ## beat: the Celery scheduler (retention purge hourly, usage rollups every 5 minutes, a dead
 ## worker's runs closed as interrupted every 10 s)
-beat: install
+beat: install-serve
 	$(BIN)/celery -A config beat --loglevel INFO --schedule var/celerybeat-schedule
 
+## chromium: the browser the dashboard's tests drive, Debian's package (Playwright cannot
+## download one here); installed when missing and run as root, else one line says what to do.
+## MORTAR_CHROMIUM names another Chromium binary.
+chromium:
+	@if [ -n "$$MORTAR_CHROMIUM" ] || command -v chromium >/dev/null; then exit 0; fi; \
+	if [ "$$(id -u 2>/dev/null)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "--- installing Debian's chromium for the dashboard's browser tests"; \
+		apt-get update && apt-get install -y chromium; \
+	else \
+		echo "The dashboard's browser tests need Chromium: run 'sudo apt-get install chromium' (or set MORTAR_CHROMIUM to a Chromium binary), then make test again." >&2; \
+		exit 1; \
+	fi
+
 ## test: lint, then the whole suite on Postgres and Redis (DATABASE_URL / REDIS_URL)
-test: install lint
+test: install lint chromium
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## test-embedded: the suite on the embedded default `make serve` runs (a SQLite file, the memory
 ## backplane, in-memory channel layer and cache, eager Celery), less the tests that need Postgres
 ## or Redis (markers `postgres`, `redis` in pyproject.toml)
-test-embedded: install
+test-embedded: install chromium
 	MORTAR_TEST_BACKENDS=embedded $(BIN)/python -m pytest -m "not postgres and not redis" $(PYTEST_ARGS)
 
 ## bench: Mortar beside LiteLLM and the mock model server (~15 min; needs wrk, Postgres, Redis),

@@ -49,6 +49,14 @@ class Organization(SpendLimits):
     optimize_default = models.CharField(
         max_length=8, choices=OptimizeDefault.choices, default=OptimizeDefault.ON
     )
+    # The finish chunk of a streamed chat completion has no `delta` (the contract); clients
+    # that read `chunk.choices[0].delta.content` on every chunk (OpenAI's own docs loop) fail
+    # on it. Opting in adds `"delta": {}` to that chunk, stored and replayed as sent.
+    finish_chunk_delta = models.BooleanField(
+        default=False,
+        help_text='Add "delta": {} to the finish chunk of streamed chat completions, for SDK '
+        "loops that read delta on every chunk. Off: the contract's finish chunk, no delta.",
+    )
 
     class Meta:
         db_table = "gateway_organization"

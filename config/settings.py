@@ -201,6 +201,9 @@ else:
     CELERY_BROKER_URL = "memory://"
     CELERY_TASK_ALWAYS_EAGER = True
 CELERY_TASK_EAGER_PROPAGATES = True
+# Without Redis there is no beat to refresh the usage rollups: the dashboard's pages that read
+# them refresh them in-process (telemetry/services/rollups.py, `usage_rollups_keep_fresh`).
+MORTAR_ROLLUPS_IN_PROCESS = env_bool("MORTAR_ROLLUPS_IN_PROCESS", not REDIS_URL)
 CELERY_BROKER_TRANSPORT_OPTIONS = {"global_keyprefix": f"{REDIS_PREFIX}:celery:"}
 # `celery -A config beat` runs these (PRODUCT.md, "The run store": Celery purges what has
 # expired; issue 4, item 6: hourly usage rollups). Schedules are in seconds.

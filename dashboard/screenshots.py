@@ -179,12 +179,14 @@ def photograph(base: str, secret: str, out: Path, run_id: str) -> list[Path]:
         shot("07-sessions")
         page.goto(f"{base}/dashboard/audit/")
         shot("08-audit")
+        page.goto(f"{base}/dashboard/budgets/")
+        shot("09-budgets")
         page.goto(f"{base}/admin/accounts/apikey/add/")
         page.select_option("select[name=organization]", label="acme")
         page.fill("input[name=name]", "reporting")
         page.click("input[name=_save]")
         page.wait_for_selector("#key-secret")
-        shot("09-admin-key-created")
+        shot("10-admin-key-created")
         browser.close()
     return shots
 

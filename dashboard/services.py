@@ -1,9 +1,18 @@
-"""The dashboard's one action: stopping a generation in flight."""
+"""The dashboard's actions: stopping a generation in flight, refreshing the usage rollups."""
 
 from __future__ import annotations
 
+from django.conf import settings
+
 from gateway.coordination.stop import live_generations
 from telemetry.models import Run
+from telemetry.services.rollups import usage_rollups_keep_fresh
+
+
+def usage_rollups_refresh_without_beat() -> None:
+    """Refresh the rollups in-process where no beat does (`MORTAR_ROLLUPS_IN_PROCESS`)."""
+    if settings.MORTAR_ROLLUPS_IN_PROCESS:
+        usage_rollups_keep_fresh()
 
 
 async def generation_stop(*, run_id: str) -> bool:

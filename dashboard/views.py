@@ -83,6 +83,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         models=model_names(),
         deployments=deployment_names(),
     )
+    services.usage_rollups_refresh_without_beat()
     filters = form.filters(now=timezone.now())
     figures = overview_of(filters)
     charts = {"hours": figures.hours, "series": figures.series}
@@ -278,6 +279,7 @@ def audit(request: HttpRequest) -> HttpResponse:
     if "group" not in data:
         data.setlist("group", list(AUDIT_DIMENSIONS))
     form = AuditForm(data, organizations=organization_choices())
+    services.usage_rollups_refresh_without_beat()
     query = form.query(today=timezone.now().date())
     if request.GET.get("format") == "csv":
         return csv_response(audit_csv_rows(query), f"mortar-audit-{query.since}-{query.until}.csv")

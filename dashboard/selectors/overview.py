@@ -1,10 +1,20 @@
-"""The overview: usage per hour from the rollups, latency percentiles from a bounded run sample.
+"""The overview: usage per hour, and latency percentiles from a bounded run sample.
 
-Requests, errors, tokens, cache hits and cost are sums, so they come from `UsageRollup` (hourly,
-recomputed every five minutes by Celery beat or `manage.py rollupusage`): the page never scans
-runs for them. Percentiles cannot be summed, so p50 / p95 latency and time to first token are
-computed from runs: the latest `PERCENTILE_SAMPLE` completed runs of the range (an index scan
-on `accepted_at`, newest first), with Postgres' `percentile_cont` per hour and overall. When a
+Requests, errors, tokens, cache hits and cost are sums, read from `UsageRollup` (hourly,
+recomputed by Celery beat every five minutes, by `manage.py rollupusage`, or in-process on the
+embedded default: `usage_rollups_keep_fresh`) for the hours before the one of the rollups' last
+refresh (their watermark), and summed from the runs from that hour on — so the page is right the
+moment a run is stored, with or without beat, and a long range never scans runs. Whole hours
+on each side, so no run is counted twice (a refresh takes seconds: runs accepted meanwhile may
+or may not be in its rows). Without a watermark of the last `FRESH_HOURS` (beat never ran, or
+stopped), the current hour and the one before — the hours beat's refresh looks back on — are
+summed from runs. Both count alike: a run counts once it has an outcome, in the hour it was
+accepted (telemetry/services/rollups.py); one of the hour before the watermark's that was still
+streaming at the refresh is counted at the next.
+
+Percentiles cannot be summed, so p50 / p95 latency and time to first token are computed from
+runs: the latest `PERCENTILE_SAMPLE` completed runs of the range (an index scan on
+`accepted_at`, newest first), with Postgres' `percentile_cont` per hour and overall. When a
 range holds more completed runs than that, the percentiles describe its most recent part; the
 page says so.
 """
@@ -13,18 +23,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from django.db import connection
-from django.db.models import DurationField, ExpressionWrapper, F, QuerySet, Sum
-from django.db.models.functions import Coalesce
+from django.db.models import Count, DurationField, ExpressionWrapper, F, QuerySet, Sum
+from django.db.models.functions import TruncHour
+from django.utils import timezone
 
 from telemetry.models import Run, UsageRollup
+from telemetry.services.rollups import IS_ERROR, usage_rollups_watermark
 
 PERCENTILE_SAMPLE = 50_000
 ONE_HOUR = timedelta(hours=1)
+# Without a recent watermark, the hours summed from runs rather than read from rollups: those
+# beat's refresh (`hours: 2`, every five minutes) may not have recomputed yet.
+FRESH_HOURS = 2
 MEASURES = ("requests", "errors", "prompt_tokens", "completion_tokens", "cached_tokens", "cost")
 
 
@@ -60,8 +75,23 @@ def _floor_hour(moment: datetime) -> datetime:
     return moment.replace(minute=0, second=0, microsecond=0)
 
 
-def _rollups(filters: OverviewFilters) -> QuerySet[UsageRollup]:
-    rows = UsageRollup.objects.filter(hour__gte=_floor_hour(filters.since), hour__lt=filters.until)
+# Per hour: requests, errors, prompt / completion / cached tokens and cost.
+HourlySums = dict[datetime, dict[str, Any]]
+
+
+def fresh_since(now: datetime, watermark: datetime | None) -> datetime:
+    """Where the sums from runs start: the hour of the rollups' last refresh when it is
+    recent, else the start of the previous hour."""
+    earliest = _floor_hour(now) - (FRESH_HOURS - 1) * ONE_HOUR
+    if watermark is not None and earliest <= watermark <= now:
+        return _floor_hour(watermark)
+    return earliest
+
+
+def _rollups(filters: OverviewFilters, *, before: datetime) -> QuerySet[UsageRollup]:
+    rows = UsageRollup.objects.filter(
+        hour__gte=_floor_hour(filters.since), hour__lt=min(filters.until, before)
+    )
     if filters.organization_id is not None:
         rows = rows.filter(organization_id=filters.organization_id)
     if filters.model:
@@ -69,6 +99,49 @@ def _rollups(filters: OverviewFilters) -> QuerySet[UsageRollup]:
     if filters.deployment:
         rows = rows.filter(deployment=filters.deployment)
     return rows
+
+
+def _hours_from_rollups(filters: OverviewFilters, *, before: datetime) -> HourlySums:
+    rows = _rollups(filters, before=before).values("hour")
+    sums = rows.annotate(**{m: Sum(m) for m in MEASURES}).order_by()
+    return {row["hour"]: dict(row) for row in sums}
+
+
+def _hours_from_runs(filters: OverviewFilters, *, since: datetime) -> HourlySums:
+    """The rollups' sums, taken from the runs of the hours from `since` on."""
+    runs = Run.objects.filter(
+        accepted_at__gte=max(_floor_hour(filters.since), since), accepted_at__lt=filters.until
+    ).exclude(status=Run.Status.IN_PROGRESS)
+    if filters.organization_id is not None:
+        runs = runs.filter(organization_id=filters.organization_id)
+    if filters.model:
+        runs = runs.filter(model=filters.model)
+    if filters.deployment:
+        runs = runs.filter(deployment=filters.deployment)
+    rows = (
+        runs.annotate(hour=TruncHour("accepted_at", tzinfo=UTC))
+        .values("hour")
+        .annotate(
+            requests=Count("pk"),
+            errors=Count("pk", filter=IS_ERROR),
+            prompt_tokens_sum=Sum("prompt_tokens"),
+            completion_tokens_sum=Sum("completion_tokens"),
+            cached_tokens_sum=Sum("cached_tokens"),
+            cost_sum=Sum("cost"),
+        )
+        .order_by()
+    )
+    return {
+        row["hour"]: {
+            "requests": row["requests"],
+            "errors": row["errors"],
+            "prompt_tokens": row["prompt_tokens_sum"] or 0,
+            "completion_tokens": row["completion_tokens_sum"] or 0,
+            "cached_tokens": row["cached_tokens_sum"] or 0,
+            "cost": row["cost_sum"] or Decimal(0),
+        }
+        for row in rows
+    }
 
 
 def _sample(filters: OverviewFilters) -> QuerySet[Run]:
@@ -91,19 +164,18 @@ def ratio(part: int | float | Decimal, whole: int | float | Decimal) -> float | 
     return float(part) / float(whole) if whole else None
 
 
-def overview(filters: OverviewFilters) -> Overview:
+def overview(filters: OverviewFilters, *, now: datetime | None = None) -> Overview:
     """Totals, hourly series and latency percentiles for the range and filters."""
-    rollups = _rollups(filters)
-    sums = {name: Coalesce(Sum(name), 0) for name in MEASURES if name != "cost"}
-    totals: dict[str, Any] = rollups.aggregate(**sums, cost=Sum("cost"))
-    totals["cost"] = totals["cost"] or Decimal(0)
+    recent = fresh_since(now or timezone.now(), usage_rollups_watermark())
+    per_hour = _hours_from_rollups(filters, before=recent)
+    per_hour.update(_hours_from_runs(filters, since=recent))
+    totals: dict[str, Any] = {
+        name: sum((row[name] or 0 for row in per_hour.values()), start=0) for name in MEASURES
+    }
+    totals["cost"] = Decimal(totals["cost"])
     totals["cache_hit_ratio"] = ratio(totals["cached_tokens"], totals["prompt_tokens"])
     totals["error_ratio"] = ratio(totals["errors"], totals["requests"])
 
-    per_hour: dict[datetime, dict[str, Any]] = {
-        row["hour"]: dict(row)
-        for row in rollups.values("hour").annotate(**{m: Sum(m) for m in MEASURES}).order_by()
-    }
     overall, hourly, sampled = run_percentiles(filters)
 
     hours: list[datetime] = []

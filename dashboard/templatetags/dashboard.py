@@ -1,4 +1,4 @@
-"""Formatting for the dashboard's templates: durations, ratios, costs and asset URLs."""
+"""Formatting for the dashboard's templates: durations, ratios, money and asset URLs."""
 
 from __future__ import annotations
 
@@ -39,10 +39,30 @@ def percent(value: float | None) -> str:
     return "—" if value is None else f"{float(value) * 100:.1f}%"
 
 
+CURRENCY = "$"  # prices, costs and budgets are in USD (the price list, `budget_usd`)
+
+
 @register.filter
-def cost(value: Decimal | float | None) -> str:
-    """Costs are in the price list's currency units; six decimals show sub-cent runs."""
-    return "—" if value is None else f"{Decimal(value):,.6f}"
+def money(value: Decimal | float | None) -> str:
+    """An amount of money as an operator reads it: `$1,234.57`, `$0.50`, `$0.0123`, `$0.000045`.
+
+    Two decimals, or more where they would lose the amount: at most two from a dollar up, four
+    from a cent, six below (a run's cost is often a fraction of a cent). Amounts below
+    $0.000001 read `<$0.000001` rather than `$0.000000`. Exact figures stay in the database,
+    the run's JSON and the audit CSV.
+    """
+    if value is None or value == "":
+        return "—"
+    # Through str for floats: Decimal(0.3) would be 0.29999999999999998889776975.
+    amount = value if isinstance(value, Decimal) else Decimal(str(value))
+    sign, size = ("-" if amount < 0 else ""), abs(amount)
+    if size == 0:
+        return f"{CURRENCY}0.00"
+    if size < Decimal("0.000001"):
+        return f"{sign}<{CURRENCY}0.000001"
+    most = 2 if size >= 1 else 4 if size >= Decimal("0.01") else 6
+    places = next((p for p in (2, 4) if p < most and size == round(size, p)), most)
+    return f"{sign}{CURRENCY}{size:,.{places}f}"
 
 
 @register.filter

@@ -21,6 +21,7 @@
         retention: full                            # optional: full | metadata
         retention_days: 30                         # optional
         optimize_default: "on"                     # optional: on | off
+        finish_chunk_delta: false                  # optional: "delta": {} on the finish chunk
         budget: {usd: 25.00, period: month}        # optional: period day | month | total
         rate_limits: {requests_per_minute: 600, tokens_per_minute: 200000}  # optional
 
@@ -131,6 +132,7 @@ class OrganizationEntry(_Strict):
     retention: Literal["full", "metadata"] = "full"
     retention_days: int = Field(30, gt=0)
     optimize_default: Literal["on", "off"] = "on"
+    finish_chunk_delta: bool = False
     budget: BudgetEntry | None = None  # absent: no budget
     rate_limits: RateLimitsEntry | None = None  # absent: no limits
 
@@ -219,6 +221,7 @@ def config_apply(config: ConfigFile) -> list[str]:
                 "retention": organization.retention,
                 "retention_days": organization.retention_days,
                 "optimize_default": organization.optimize_default,
+                "finish_chunk_delta": organization.finish_chunk_delta,
                 **organization.spend_limits(),
             },
         )

@@ -121,6 +121,7 @@ async def generate(
                 model=model.id,
                 prompt_tokens=plan.prompt_tokens,
                 chat=chat,
+                finish_chunk_delta=organization.finish_chunk_delta,
             )
         ),
         recorder=recorder,

@@ -42,6 +42,8 @@ class RenderingFor:
     model: str
     prompt_tokens: int
     chat: ChatRequest
+    # The organization's opt-in `"delta": {}` on the chat finish chunk (Messages ignore it).
+    finish_chunk_delta: bool = False
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,11 @@ def _chat_rendering(planned: RenderingFor) -> Rendering:
     encoder = ChunkEncoder(
         completion_id=planned.run_id, created=planned.created, model=planned.model
     )
-    return ChatRendering(encoder, include_usage=planned.chat.include_usage)
+    return ChatRendering(
+        encoder,
+        include_usage=planned.chat.include_usage,
+        finish_chunk_delta=planned.finish_chunk_delta,
+    )
 
 
 def _messages_rendering(planned: RenderingFor) -> Rendering:

@@ -38,6 +38,12 @@ class ChunkEncoder:
         choice = {"index": 0, "logprobs": None, "finish_reason": finish_reason}
         return self._head + orjson.dumps([choice]) + b"}\n\n"
 
+    def finish_with_delta(self, finish_reason: str) -> bytes:
+        """The finish chunk with `"delta": {}`, for organizations that opt in to it
+        (`Organization.finish_chunk_delta`): the contract's finish chunk has none."""
+        choice = {"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish_reason}
+        return self._head + orjson.dumps([choice]) + b"}\n\n"
+
     def usage(self, usage: dict[str, Any]) -> bytes:
         return self._head + b'[],"usage":' + orjson.dumps(usage) + b"}\n\n"
 

@@ -50,15 +50,20 @@ class Rendering(Protocol):
 
 class ChatRendering:
     """OpenAI's chat completions: the role chunk, a chunk per delta, the finish chunk without
-    `delta`, the usage chunk when asked for, `[DONE]`. A stopped stream sends no finish chunk
-    (spec, "When a stream ends early"); the usage chunk and `[DONE]` still follow."""
+    `delta` (with `"delta": {}` for an organization that opted in), the usage chunk when asked
+    for, `[DONE]`. A stopped stream sends no finish chunk (spec, "When a stream ends early");
+    the usage chunk and `[DONE]` still follow."""
 
     style = Envelope.OPENAI
     ping = CHAT_PING
 
-    def __init__(self, encoder: ChunkEncoder, *, include_usage: bool) -> None:
+    def __init__(
+        self, encoder: ChunkEncoder, *, include_usage: bool, finish_chunk_delta: bool = False
+    ) -> None:
         self.encoder = encoder
         self.include_usage = include_usage
+        # Chosen once per completion, so the default stream pays nothing for the option.
+        self._finish = encoder.finish_with_delta if finish_chunk_delta else encoder.finish
 
     def body(self, generation: Generation, usage: dict[str, Any]) -> bytes:
         return self.encoder.completion(
@@ -74,7 +79,7 @@ class ChatRendering:
     def closing(
         self, generation: Generation, usage: dict[str, Any], *, stopped: bool
     ) -> list[bytes]:
-        events = [] if stopped else [self.encoder.finish(generation.finish_reason)]
+        events = [] if stopped else [self._finish(generation.finish_reason)]
         if self.include_usage:
             events.append(self.encoder.usage(usage))
         events.append(DONE)

@@ -22,6 +22,10 @@ Issue 4, item 6: the dashboard reads these rows instead of scanning runs. Decisi
 - Latency and time to first token are summed as intervals and floored to milliseconds.
 - Recomputing an hour whose runs retention has purged would shrink its rows: recompute old
   hours only while their runs are stored (the automatic refresh only looks back `hours`).
+- **Without beat** (the embedded default: no Redis, so no broker beat could send to), the
+  dashboard's pages that read rollups refresh them in-process first
+  (`usage_rollups_keep_fresh`, at most every `IN_PROCESS_EVERY`; `MORTAR_ROLLUPS_IN_PROCESS`).
+  The first refresh of a process looks back `MAX_CATCH_UP`, as there is no watermark yet.
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ ONE_HOUR = timedelta(hours=1)
 LATE_FINISH_WINDOW = timedelta(hours=24)
 MAX_CATCH_UP = timedelta(days=7)
 WATERMARK_KEY = "telemetry:usage-rollups:watermark"
+IN_PROCESS_EVERY = timedelta(minutes=1)
+IN_PROCESS_KEY = "telemetry:usage-rollups:in-process"
 
 IS_ERROR = Q(status__in=[Run.Status.FAILED, Run.Status.REFUSED, Run.Status.INTERRUPTED]) | Q(
     http_status__gte=400
@@ -83,6 +89,22 @@ def usage_rollups_catch_up(*, hours: int, now: datetime | None = None) -> Rollup
     # Only after success: a refresh that failed is retried from the old watermark.
     cache.set(WATERMARK_KEY, now, timeout=None)
     return counts
+
+
+def usage_rollups_watermark() -> datetime | None:
+    """When the last refresh that moved the watermark started (its rows hold every run
+    finished by then), or None when none has."""
+    watermark = cache.get(WATERMARK_KEY)
+    return watermark if isinstance(watermark, datetime) else None
+
+
+def usage_rollups_keep_fresh(*, now: datetime | None = None) -> RollupCounts | None:
+    """Catch the rollups up in-process, unless that was done in the last `IN_PROCESS_EVERY`."""
+    if not cache.add(IN_PROCESS_KEY, True, timeout=IN_PROCESS_EVERY.total_seconds()):
+        return None
+    first = cache.get(WATERMARK_KEY) is None
+    hours = MAX_CATCH_UP // ONE_HOUR if first else 2
+    return usage_rollups_catch_up(hours=hours, now=now)
 
 
 def usage_rollups_refresh(*, since: datetime, until: datetime | None = None) -> RollupCounts:

@@ -61,13 +61,13 @@ def test_it_shows_spend_against_each_budget_with_a_bar(client: Client) -> None:
 
     org_row = row(html, "organization:budgeted")
     assert (figure(org_row, "spent"), figure(org_row, "held"), figure(org_row, "remaining")) == (
-        "4.500000",
-        "0.500000",
-        "15.000000",
+        "$4.50",
+        "$0.50",
+        "$15.00",
     )
     assert 'value="25"' in org_row  # (4.5 + 0.5) / 20
     key_row = row(html, f"key:agent ({issued.key.prefix}…)")
-    assert figure(key_row, "remaining") == "0.100000"
+    assert figure(key_row, "remaining") == "$0.10"
     assert 'value="97"' in key_row
     assert "never" in key_row  # a total budget never resets
     assert "unbudgeted" not in html

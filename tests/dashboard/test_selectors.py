@@ -9,6 +9,7 @@ from decimal import Decimal
 
 import orjson
 import pytest
+from django.core.cache import cache
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -22,9 +23,9 @@ from dashboard.selectors.runs import Cursor, RunFilters, runs_page
 from dashboard.selectors.sessions import SessionQuery, session_summaries
 from gateway.relay.chunks import DONE, ChunkEncoder
 from gateway.tokens import default_counter
-from telemetry.models import Run, RunChunk, WorkerLease
+from telemetry.models import Run, RunChunk, UsageRollup, WorkerLease
 from telemetry.services.interruptions import runs_interrupt_orphaned
-from telemetry.services.rollups import usage_rollups_refresh
+from telemetry.services.rollups import WATERMARK_KEY, usage_rollups_refresh
 
 pytestmark = pytest.mark.django_db
 
@@ -292,6 +293,55 @@ def test_overview_sums_rollups_and_takes_percentiles_of_runs(
     assert everything.totals["errors"] == 1
     assert everything.totals["cost"] == Decimal("2.25") + Decimal("0.005")
     assert everything.totals["cache_hit_ratio"] == pytest.approx(90 / (450 + 500))
+
+
+def test_overview_reads_recent_hours_from_runs_and_older_ones_from_rollups(
+    org: Organization,
+) -> None:
+    """Beat has not run (no rollups for the last two hours), and a rollup row of an older
+    hour stands for runs retention has since purged: both are counted, neither twice."""
+    cache.delete(WATERMARK_KEY)
+    now = T0 + timedelta(hours=5, minutes=30)  # fresh hours: 14:00 and 15:00
+    UsageRollup.objects.create(
+        hour=T0 + timedelta(hours=1), organization=org, requests=7, errors=2, cost=Decimal("3")
+    )
+    make_run(org, accepted_at=T0 + timedelta(hours=1, minutes=5))  # in that rollup's hour
+    make_run(org, accepted_at=T0 + timedelta(hours=4, minutes=1))
+    make_run(org, accepted_at=T0 + timedelta(hours=5, minutes=1), status=Run.Status.FAILED)
+    make_run(org, accepted_at=T0 + timedelta(hours=5, minutes=2), status=Run.Status.IN_PROGRESS)
+
+    figures = overview(OverviewFilters(since=T0, until=now, organization_id=org.pk), now=now)
+
+    assert figures.series["requests"] == [0, 7, 0, 0, 1, 1]
+    assert figures.series["errors"] == [0, 2, 0, 0, 0, 1]
+    assert (figures.totals["requests"], figures.totals["errors"]) == (9, 3)
+    assert figures.totals["cost"] == Decimal("3.002")
+    assert figures.totals["prompt_tokens"] == 200
+
+
+def test_overview_reads_rollups_before_the_watermark_s_hour_and_runs_from_it(
+    org: Organization,
+) -> None:
+    """Beat refreshed at 15:10: hours before 15:00 come from the rollups, 15:00 on from the
+    runs table, so the runs after the refresh count, and each run counts once."""
+    watermark = T0 + timedelta(hours=5, minutes=10)
+    for minutes in (65, 5 * 60 + 5):  # 11:05 and 15:05, before the refresh
+        make_run(org, accepted_at=T0 + timedelta(minutes=minutes))
+    usage_rollups_refresh(since=T0, until=watermark)
+    cache.set(WATERMARK_KEY, watermark, timeout=None)
+    UsageRollup.objects.filter(organization=org, hour=T0 + timedelta(hours=1)).update(requests=7)
+    make_run(org, accepted_at=T0 + timedelta(hours=5, minutes=20))  # after the refresh
+    make_run(org, accepted_at=T0 + timedelta(hours=5, minutes=25), status=Run.Status.FAILED)
+    now = T0 + timedelta(hours=5, minutes=30)
+    try:
+        figures = overview(OverviewFilters(since=T0, until=now, organization_id=org.pk), now=now)
+    finally:
+        cache.delete(WATERMARK_KEY)
+
+    # 11:00 from its (edited) rollup row, not from the runs table; 15:00 from the runs only.
+    assert figures.series["requests"] == [0, 7, 0, 0, 0, 3]
+    assert figures.series["errors"] == [0, 0, 0, 0, 0, 1]
+    assert figures.totals["requests"] == 10
 
 
 def test_percentile_cont_interpolates_like_postgres() -> None:

@@ -148,6 +148,7 @@ organizations:
     retention: metadata
     retention_days: 7
     optimize_default: "off"
+    finish_chunk_delta: true
 """,
     )
     assert Deployment.objects.get(name="opt").optimizer_mode == "on"
@@ -163,6 +164,7 @@ organizations:
         7,
         "off",
     )
+    assert organization.finish_chunk_delta is True
 
 
 def test_an_organization_s_budget_and_rate_limits_are_applied_and_cleared(tmp_path: Path) -> None:

@@ -75,3 +75,49 @@ def test_an_unreachable_replica_is_named_not_addressed(
     assert address(dead_url) not in response.text
     assert failed["message"] == error["message"]
     assert wait_for_run(run_id).error_message == error["message"]
+
+
+def test_no_answer_a_client_can_get_holds_a_model_server_s_address(
+    mortar_server: ServerProcess, tenant: Tenant, upstream_models: MockPair, dead_url: str
+) -> None:
+    """Issue 18 re-checks issue 15's fix on every surface: streamed and JSON chat completions,
+    the Messages route, their 503s, replay, the model list and the health checks."""
+    addresses = [address(MockPair.url(upstream_models.a)), address(dead_url)]
+    auth = {"Authorization": f"Bearer {tenant.secret}"}
+    base = mortar_server.base_url
+    seen: list[httpx.Response] = []
+    for model in ("mock-one", "mock-dead"):
+        chat = {"model": model, "messages": [{"role": "user", "content": "hi"}]}
+        seen.append(httpx.post(f"{base}/v1/chat/completions", json=chat, headers=auth, timeout=30))
+        seen.append(
+            httpx.post(
+                f"{base}/v1/chat/completions",
+                json={**chat, "stream": False},
+                headers=auth,
+                timeout=30,
+            )
+        )
+        seen.append(
+            httpx.post(
+                f"{base}/v1/messages",
+                json={**chat, "max_tokens": 50},
+                headers={"x-api-key": tenant.secret},
+                timeout=30,
+            )
+        )
+    assert [response.status_code for response in seen] == [200, 200, 200, 503, 503, 503]
+    assert [r.headers.get("X-Mortar-Upstream") for r in seen[:3]] == ["mock-one/0"] * 3
+    for response in seen[:3]:
+        run_id = response.headers["X-Mortar-Run-Id"]
+        wait_for_run(run_id)
+        replay = httpx.get(f"{base}/v1/chat/completions/runs/{run_id}", headers=auth, timeout=30)
+        assert replay.status_code == 200  # every surface's runs replay on this route
+        seen.append(replay)
+    seen.append(httpx.get(f"{base}/v1/models", headers=auth, timeout=30))
+    seen.append(httpx.get(f"{base}/readyz", timeout=30))
+    seen.append(httpx.get(f"{base}/healthz", timeout=30))
+
+    for response in seen:
+        shown = response.text + "".join(f"{k}: {v}\n" for k, v in response.headers.items())
+        for where in addresses:
+            assert where not in shown, (response.request.url, shown)

@@ -17,11 +17,13 @@ from accounts.services import key_create
 from telemetry.models import Run, UsageRollup, WorkerLease
 from telemetry.services.interruptions import runs_interrupt_orphaned
 from telemetry.services.rollups import (
+    IN_PROCESS_KEY,
     WATERMARK_KEY,
     RollupCounts,
     usage_rollup_hour_recompute,
     usage_rollup_hours_touched,
     usage_rollups_catch_up,
+    usage_rollups_keep_fresh,
     usage_rollups_refresh,
 )
 
@@ -422,6 +424,30 @@ def test_the_task_catches_up_from_its_watermark_and_moves_it(
     assert list(
         UsageRollup.objects.filter(organization=org).values_list("prompt_tokens", flat=True)
     ) == [7]
+
+
+def test_without_beat_a_first_in_process_refresh_looks_back_a_week_then_two_hours(
+    org: Organization, no_watermark: None
+) -> None:
+    cache.delete(IN_PROCESS_KEY)
+    h = timedelta(hours=1)
+    now = HOUR + timedelta(days=6, minutes=30)
+    _run(org, at=HOUR + timedelta(minutes=1), latency_ms=5)  # six days before `now`
+    _run(org, at=now - timedelta(minutes=10), latency_ms=5)
+
+    assert usage_rollups_keep_fresh(now=now) == RollupCounts(hours=2, rows=2)
+    # Within IN_PROCESS_EVERY of the last one: nothing is recomputed.
+    _run(org, at=now + timedelta(minutes=5), latency_ms=5)
+    assert usage_rollups_keep_fresh(now=now + timedelta(minutes=6)) is None
+    assert sum(UsageRollup.objects.filter(organization=org).values_list("requests", flat=True)) == 2
+
+    # IN_PROCESS_EVERY has passed: from the watermark on (at least two hours back), not a week.
+    cache.delete(IN_PROCESS_KEY)
+    assert usage_rollups_keep_fresh(now=now + h) == RollupCounts(hours=1, rows=1)
+    assert sorted(
+        UsageRollup.objects.filter(organization=org).values_list("requests", flat=True)
+    ) == [1, 2]
+    cache.delete(IN_PROCESS_KEY)
 
 
 def test_the_rollupusage_command_recomputes_a_range(org: Organization, key: ApiKey) -> None:

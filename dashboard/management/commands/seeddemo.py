@@ -22,13 +22,22 @@ from telemetry.costs import Prices, usage_cost
 from telemetry.models import Run
 from telemetry.services.rollups import usage_rollups_refresh
 
-ORGANIZATIONS = ("acme", "globex", "initech")
+# Names as long as real ones get (a fine-tune's id, a division's name, hashed end users), so
+# the screenshots show the pages hold them (issue 18: the runs list overflowed 1440 px).
+ORGANIZATIONS = ("acme", "globex", "initech", "Initech Research & Development, EMEA Support")
 MODELS = (
     # id, input, cached input, output price per million tokens
     ("Qwen/Qwen2.5-7B-Instruct", Decimal("0.20"), Decimal("0.05"), Decimal("0.60")),
     ("qwen-upstream", Decimal("0.30"), Decimal("0.075"), Decimal("0.90")),
     ("llama-3.1-8b", Decimal("0.18"), Decimal("0.045"), Decimal("0.18")),
+    (
+        "initech-research/Qwen2.5-72B-Instruct-support-tickets-GPTQ-Int4-2026-11-30-v17",
+        Decimal("1.25"),
+        Decimal("0.3125"),
+        Decimal("10"),
+    ),
 )
+END_USERS = ["ana", "bo", "chen", "dara", "", "user-sha256-4f1c9a7e2b8d6c3f0a5e9d1b7c4f2a8e6d3b"]
 REPLICAS = ("http://10.0.0.11:8000/v1", "http://10.0.0.12:8000/v1")
 
 
@@ -61,7 +70,10 @@ class Command(BaseCommand):
             )
         keys = []
         for name in ORGANIZATIONS:
-            organization = Organization.objects.create(name=name)
+            # A monthly budget on each, so the budgets page has rows to show.
+            organization = Organization.objects.create(
+                name=name, budget_usd=Decimal("250"), budget_period="month"
+            )
             for key_name in ("production", "ci"):
                 keys.append(key_create(organization=organization, name=key_name).key)
         self._history(keys, runs)
@@ -96,7 +108,7 @@ class Command(BaseCommand):
                     organization_id=key.organization_id,
                     api_key=key,
                     request_id=f"req_demo_{i}",
-                    end_user=chance.choice(["ana", "bo", "chen", "dara", ""]),
+                    end_user=chance.choice(END_USERS),
                     session=session,
                     model=model,
                     deployment="vllm-a" if forwarded else "scripted",

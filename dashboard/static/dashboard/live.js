@@ -21,6 +21,8 @@
     const td = row.insertCell();
     td.textContent = text === null || text === undefined || text === "" ? "—" : String(text);
     if (className) td.className = className;
+    // A long name is cut with an ellipsis (dashboard.css, td.clip); the whole of it on hover.
+    if (className && className.split(" ").includes("clip")) td.title = td.textContent;
     return td;
   }
 
@@ -38,9 +40,9 @@
       const row = body.insertRow();
       row.dataset.runId = g.id;
       link(cell(row, g.id, "mono"), g.id);
-      cell(row, g.organization);
-      cell(row, g.model);
-      cell(row, g.session, "mono");
+      cell(row, g.organization, "clip");
+      cell(row, g.model, "clip");
+      cell(row, g.session, "mono clip narrow");
       cell(row, g.acceptedAt.replace("T", " ").slice(0, 23));
       cell(row, (g.elapsedMs / 1000).toFixed(1) + " s", "num");
       cell(row, g.tokensSoFar, "num tokens");
@@ -111,9 +113,9 @@
     row.className = "event " + event.type.replace(/\./g, "-");
     cell(row, (event.time || "").replace("T", " ").slice(0, 23));
     cell(row, event.type, "mono");
-    cell(row, names[event.organization] || event.organization);
+    cell(row, names[event.organization] || event.organization, "clip narrow");
     link(cell(row, event.runId, "mono"), event.runId);
-    cell(row, event.session, "mono");
+    cell(row, event.session, "mono clip narrow");
     cell(row, details(event), "details");
     while (events.rows.length > MAX_EVENTS) events.deleteRow(-1);
   }

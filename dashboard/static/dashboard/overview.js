@@ -12,6 +12,8 @@
     latency: [["p50", s.latency_p50], ["p95", s.latency_p95]],
     ttft: [["p50", s.ttft_p50], ["p95", s.ttft_p95]],
   };
+  // The cost axis in dollars, with the decimals uPlot chose for its ticks.
+  const dollars = (u, splits) => splits.map((v) => (v === null ? "" : "$" + v));
   for (const element of document.querySelectorAll("[data-chart]")) {
     const lines = charts[element.dataset.chart];
     const options = {
@@ -20,7 +22,7 @@
       series: [{}].concat(
         lines.map(([label], i) => ({ label, stroke: colors[i], width: 2, spanGaps: false, points: { size: 4 } }))
       ),
-      axes: [{}, { size: 70 }],
+      axes: [{}, element.dataset.chart === "cost" ? { size: 70, values: dollars } : { size: 70 }],
       legend: { live: false },
       scales: { x: { time: true } },
     };
