@@ -46,7 +46,7 @@ INSERT INTO telemetry_run (
     status, http_status, error_code, error_message, request_bytes, request_truncated,
     accepted_at, first_token_at, finished_at, finish_reason, max_tokens, prompt_tokens,
     completion_tokens, total_tokens, usage_source, chunk_count, cached_tokens, cost,
-    dedupe_role, dedupe_leader, replica, session_kept
+    dedupe_role, dedupe_leader, replica, session_kept, worker
 )
 SELECT
     'chatcmpl-' || lpad(to_hex(g), 24, '0'),
@@ -71,7 +71,7 @@ SELECT
     1024, 200 + g %% 800, 50 + g %% 300, 250 + g %% 800 + g %% 300,
     CASE WHEN g %% 3 = 0 THEN 'estimate' ELSE 'upstream' END,
     12, (g %% 4) * 64, (g %% 1000) * 0.000001,
-    '', '', 'http://10.0.0.' || (1 + g %% 4) || ':8000/v1', g %% 10 <> 0
+    '', '', 'http://10.0.0.' || (1 + g %% 4) || ':8000/v1', g %% 10 <> 0, ''
 FROM generate_series(1, %(runs)s) AS g,
      LATERAL (SELECT now() - g * interval '2592 milliseconds' AS t) AS moment,
      -- Independent pseudo-random draws per column, so filters combine as in real traffic.
