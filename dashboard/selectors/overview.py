@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import connection
 from django.db.models import Count, DurationField, ExpressionWrapper, F, QuerySet, Sum
@@ -34,6 +34,8 @@ from django.utils import timezone
 
 from telemetry.models import Run, UsageRollup
 from telemetry.services.rollups import IS_ERROR, usage_rollups_watermark
+
+M = TypeVar("M", Run, UsageRollup)
 
 PERCENTILE_SAMPLE = 50_000
 ONE_HOUR = timedelta(hours=1)
@@ -92,6 +94,12 @@ def _rollups(filters: OverviewFilters, *, before: datetime) -> QuerySet[UsageRol
     rows = UsageRollup.objects.filter(
         hour__gte=_floor_hour(filters.since), hour__lt=min(filters.until, before)
     )
+    return _narrowed(rows, filters)
+
+
+def _narrowed(rows: QuerySet[M], filters: OverviewFilters) -> QuerySet[M]:
+    """`rows` (rollups or runs: both have these fields) of the filters' organization, model
+    and deployment."""
     if filters.organization_id is not None:
         rows = rows.filter(organization_id=filters.organization_id)
     if filters.model:
@@ -112,12 +120,7 @@ def _hours_from_runs(filters: OverviewFilters, *, since: datetime) -> HourlySums
     runs = Run.objects.filter(
         accepted_at__gte=max(_floor_hour(filters.since), since), accepted_at__lt=filters.until
     ).exclude(status=Run.Status.IN_PROGRESS)
-    if filters.organization_id is not None:
-        runs = runs.filter(organization_id=filters.organization_id)
-    if filters.model:
-        runs = runs.filter(model=filters.model)
-    if filters.deployment:
-        runs = runs.filter(deployment=filters.deployment)
+    runs = _narrowed(runs, filters)
     rows = (
         runs.annotate(hour=TruncHour("accepted_at", tzinfo=UTC))
         .values("hour")

@@ -60,38 +60,15 @@ def start_mortar(
     `server="serve"` starts it as `make serve` does (`python -m config.serve`), with `options`
     (e.g. `--workers 2`) added to uvicorn's."""
     port = free_port()
+    # As `make serve` runs uvicorn (config.serve takes uvicorn's options).
+    uvicorn_options = [
+        *("--host", "127.0.0.1", "--port", str(port)),
+        *("--loop", "uvloop", "--http", "httptools", "--no-access-log"),
+    ]
     if server == "serve":
-        command = [
-            sys.executable,
-            "-m",
-            "config.serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--loop",
-            "uvloop",
-            "--http",
-            "httptools",
-            "--no-access-log",
-            *options,
-        ]
+        command = [sys.executable, "-m", "config.serve", *uvicorn_options, *options]
     elif server == "uvicorn":
-        command = [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "config.asgi:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--loop",
-            "uvloop",
-            "--http",
-            "httptools",
-            "--no-access-log",
-        ]
+        command = [sys.executable, "-m", "uvicorn", "config.asgi:application", *uvicorn_options]
     elif server == "daphne":
         command = [
             sys.executable,
