@@ -21,18 +21,20 @@ from accounts.models import ApiKey, Organization
 from core.errors import InsufficientQuota
 from gateway.budgets import LEDGER_THREADS, HeldBudget, hold_for
 from telemetry.costs import Prices
-from telemetry.models import BudgetSpend
+from telemetry.models import BudgetHold, BudgetSpend
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
 
 PRICES = Prices(input=Decimal("3.7"), output=Decimal("11.3"))  # per million tokens
-WHOLE_HOLD = Decimal("0.003813")  # 1000 prompt tokens and 10 output tokens, rounded up
+WHOLE_HOLD = Decimal("0.003813")
+# Above any real id, and above the ids test_budget_ledger.py uses (10**12, 10**12 + 1).
+OWNER_IDS_FROM = 2 * 10**12  # 1000 prompt tokens and 10 output tokens, rounded up
 
 
 def unsaved_key(budget_usd: Decimal) -> ApiKey:
     """A key with a budget, of an organization without one: ids no other test uses (the
     ledger's thread commits its rows)."""
-    owner_id = 10**12 + secrets.randbelow(10**9)
+    owner_id = OWNER_IDS_FROM + secrets.randbelow(10**9)
     organization = Organization(id=owner_id, name="batches")
     return ApiKey(
         id=owner_id, organization=organization, budget_usd=budget_usd, budget_period="total"
@@ -68,11 +70,18 @@ async def hold_at_once(key: ApiKey, run_ids: list[str]) -> list[HeldBudget | Bas
 
 
 @pytest.fixture(autouse=True)
-def ledger_connection_closed() -> Iterator[None]:
-    """The ledger's thread keeps a connection: closed after the test, so the test database
-    can be dropped at the end of the run."""
+def ledger_rows_removed() -> Iterator[None]:
+    """The ledger's thread commits what it holds, outside the test's transaction: its rows are
+    deleted there after the test (the ledger's other tests count every hold), and its
+    connection closed, so the test database can be dropped at the end of the run."""
     yield
-    LEDGER_THREADS.submit(lambda: connection.close()).result()  # the thread's own connection
+
+    def remove() -> None:
+        BudgetHold.objects.filter(run_id__startswith="batch-").delete()
+        BudgetSpend.objects.filter(owner_id__gte=OWNER_IDS_FROM).delete()
+        connection.close()
+
+    LEDGER_THREADS.submit(remove).result()
 
 
 def test_holds_asked_for_at_once_are_one_transaction_answered_in_arrival_order() -> None:
