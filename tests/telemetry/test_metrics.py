@@ -18,7 +18,9 @@ from tests.conftest import MOCK_UPSTREAM_KEY, Tenant, _server_env, wait_for_run
 from tests.support.servers import ROOT, ServerProcess, free_port, wait_until_healthy
 from tests.support.upstreams import MockPair
 
-pytestmark = pytest.mark.django_db
+# Several worker processes need a shared backend (config/workers.py refuses them without
+# Redis), so these run on Postgres and Redis only.
+pytestmark = [pytest.mark.django_db, pytest.mark.redis]
 
 TOKEN = "metrics-token-for-tests"
 CHAT = "/v1/chat/completions"
