@@ -2,7 +2,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path, register_converter
 
 from core.ids import RUN_ID_PATTERN
-from dashboard import views
+from dashboard.views import assets, audit, budgets, live, overview, runs, sessions
 
 
 class RunIdConverter:
@@ -29,17 +29,17 @@ urlpatterns = [
         name="login",
     ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("", views.overview, name="overview"),
-    path("live/", views.live, name="live"),
-    path("live/generations.json", views.live_generations, name="live-generations"),
-    path("runs/", views.runs, name="runs"),
-    path("runs/<run_id:run_id>/", views.run, name="run"),
-    path("runs/<run_id:run_id>/stop", views.stop_generation, name="run-stop"),
-    path("runs/<run_id:run_id>/replay", views.run_replay, name="run-replay"),
-    path("runs/<run_id:run_id>/download", views.run_download, name="run-download"),
-    path("runs/<run_id:run_id>/images/<int:position>", views.run_image, name="run-image"),
-    path("sessions/", views.sessions, name="sessions"),
-    path("audit/", views.audit, name="audit"),
-    path("budgets/", views.budgets, name="budgets"),
-    path("assets/<path:path>", views.asset, name="asset"),
+    path("", overview.overview, name="overview"),
+    path("live/", live.live, name="live"),
+    path("live/generations.json", live.live_generations, name="live-generations"),
+    path("runs/", runs.runs, name="runs"),
+    path("runs/<run_id:run_id>/", runs.run, name="run"),
+    path("runs/<run_id:run_id>/stop", live.stop_generation, name="run-stop"),
+    path("runs/<run_id:run_id>/replay", runs.run_replay, name="run-replay"),
+    path("runs/<run_id:run_id>/download", runs.run_download, name="run-download"),
+    path("runs/<run_id:run_id>/images/<int:position>", runs.run_image, name="run-image"),
+    path("sessions/", sessions.sessions, name="sessions"),
+    path("audit/", audit.audit, name="audit"),
+    path("budgets/", budgets.budgets, name="budgets"),
+    path("assets/<path:path>", assets.asset, name="asset"),
 ]

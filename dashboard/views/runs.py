@@ -1,0 +1,161 @@
+"""Runs: the list, one run's page, its images, download and replay."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import orjson
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBase,
+    StreamingHttpResponse,
+)
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from dashboard.forms import FINISH_REASONS, RunFilterForm
+from dashboard.selectors.catalog import (
+    deployment_names,
+    key_choices,
+    model_names,
+    organization_choices,
+)
+from dashboard.selectors.images import run_image as run_image_of
+from dashboard.selectors.images import run_images
+from dashboard.selectors.runs import (
+    TIMELINE_LIMIT,
+    body_text,
+    run_chunk_count,
+    run_curl,
+    run_detail,
+    run_export,
+    run_reply,
+    run_timeline,
+    runs_page,
+)
+from dashboard.views import staff_required
+from replay.selectors import chunks_after
+from replay.streaming import replay_events
+from telemetry.models import Run
+
+
+@staff_required
+@require_GET
+def runs(request: HttpRequest) -> HttpResponse:
+    form = RunFilterForm(request.GET, organizations=organization_choices(), keys=key_choices())
+    before, after = form.cursors()
+    page = runs_page(form.filters(), before=before, after=after)
+    query = request.GET.copy()
+    for name in ("before", "after"):
+        query.pop(name, None)
+    return render(
+        request,
+        "dashboard/runs.html",
+        {
+            "form": form,
+            "page": page,
+            "query": query.urlencode(),
+            "models": model_names(),
+            "deployments": deployment_names(),
+            "statuses": Run.Status.values,
+            "finish_reasons": FINISH_REASONS,
+        },
+    )
+
+
+def _run_or_404(run_id: str) -> Run:
+    run = run_detail(run_id)
+    if run is None:
+        raise Http404(f"No run {run_id}")
+    return run
+
+
+@staff_required
+@require_GET
+def run(request: HttpRequest, run_id: str) -> HttpResponse:
+    found = _run_or_404(run_id)
+    timeline = run_timeline(found.pk)
+    return render(
+        request,
+        "dashboard/run.html",
+        {
+            "run": found,
+            "request_body": body_text(found.request_body),
+            "upstream_request": body_text(found.upstream_request),
+            "reply": run_reply(found.pk),
+            "timeline": timeline,
+            "chunk_total": run_chunk_count(found.pk)
+            if len(timeline) >= TIMELINE_LIMIT
+            else len(timeline),
+            "curl": run_curl(found, base_url=request.build_absolute_uri("/")),
+            "latency": _between(found.accepted_at, found.finished_at),
+            "ttft": _between(found.accepted_at, found.first_token_at),
+            "images": run_images(found.pk),
+            "optimizer_report": _pretty(found.optimizer_report),
+            "tool_selector_report": _pretty(found.tool_selector_report),
+            "usage": _pretty(found.usage),
+        },
+    )
+
+
+def _between(start: datetime | None, end: datetime | None) -> timedelta | None:
+    return end - start if start and end else None
+
+
+def _pretty(value: object) -> str | None:
+    if value is None:
+        return None
+    return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
+
+
+@staff_required
+@require_GET
+def run_image(request: HttpRequest, run_id: str, position: int) -> HttpResponse:
+    """The bytes of one of the run's images, for its page's thumbnails (and a full view)."""
+    found = run_image_of(run_id, position)
+    if found is None:
+        raise Http404(f"No image {position} in run {run_id}")
+    media_type, data = found
+    response = HttpResponse(data, content_type=media_type)
+    # Shown as the image type it was checked to be, never sniffed as anything else.
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Cache-Control"] = "private, max-age=3600"
+    return response
+
+
+@staff_required
+@require_GET
+def run_download(request: HttpRequest, run_id: str) -> HttpResponse:
+    found = _run_or_404(run_id)
+    body = orjson.dumps(run_export(found), option=orjson.OPT_INDENT_2, default=str)
+    response = HttpResponse(body, content_type="application/json")
+    response["Content-Disposition"] = f'attachment; filename="{found.pk}.json"'
+    return response
+
+
+@staff_required
+@require_GET
+async def run_replay(request: HttpRequest, run_id: str) -> HttpResponseBase:
+    """The stored stream, byte for byte (as `/v1/.../runs/{id}` sends it), for the page's
+    Replay button: as fast as possible, or with `pace=original` at the recorded pace."""
+    found = await Run.objects.filter(pk=run_id).afirst()
+    if found is None:
+        raise Http404(f"No run {run_id}")
+    if found.stream is False:
+        chunks = await chunks_after(found.pk, -1, limit=1)
+        body = bytes(chunks[0].data) if chunks else b"{}"
+        return HttpResponse(body, content_type="application/json")
+    response = StreamingHttpResponse(
+        replay_events(
+            found.pk,
+            after=-1,
+            pace_original=request.GET.get("pace") == "original",
+            in_progress=found.status == Run.Status.IN_PROGRESS,
+        ),
+        content_type="text/event-stream",
+    )
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response
