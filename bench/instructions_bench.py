@@ -16,8 +16,8 @@ within a fraction of a percent.
 
     .venv/bin/python bench/instructions_bench.py [--baseline REF | --unmetered] [--requests N]
 
-(`--unmetered`: beside the working tree's Mortar, whose model has prices and whose organization
-and key have budgets and rate limits, the same tree without them — what the checks cost.)
+(`--unmetered`: beside the working tree's Mortar, whose organization and key have budgets and
+rate limits, the same tree without them — what the checks cost; both price the model.)
 
 Writes bench/results/instructions.md and .json. Takes about 10 minutes (valgrind runs Python
 some 50 times slower).
@@ -180,7 +180,7 @@ def main() -> None:
     parser.add_argument(
         "--unmetered",
         action="store_true",
-        help="instead of a baseline: the working tree without prices, budgets or rate limits",
+        help="instead of a baseline: the working tree without budgets or rate limits (priced)",
     )
     parser.add_argument("--requests", type=int, default=320, help="per load (default 320)")
     args = parser.parse_args()

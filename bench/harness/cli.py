@@ -73,8 +73,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--no-unmetered",
         dest="unmetered",
         action="store_false",
-        help=f"leave out {UNMETERED} (the working tree without prices, budgets or rate limits, "
-        "beside which the report prices the spend-control checks; never with --baseline)",
+        help=f"leave out {UNMETERED} (the working tree, its model priced, without budgets or "
+        "rate limits, beside which the report prices the spend-control checks; never with "
+        "--baseline)",
     )
     parser.add_argument(
         "--profile",

@@ -24,13 +24,14 @@ class MortarSource:
     source: Path
     database: str
     redis_prefix: str
-    # Prices on the model, a budget and rate limits on the organization and on the key, all
-    # too large to refuse anything: every request takes the checks' whole path (issue 14).
+    # A budget and rate limits on the organization and on the key, all too large to refuse
+    # anything: every request takes the checks' whole path (issue 14).
     spend_control: bool = True
 
 
-# The working tree again, without prices, budgets or rate limits: beside "mortar", what the
-# checks cost.
+# The working tree again, without budgets or rate limits: beside "mortar", what the checks
+# cost. Both price the model — a priced run's cost is computed and stored whether or not a
+# budget is set (that predates issue 14), so it is not the checks' cost.
 UNMETERED = "mortar@unmetered"
 
 
@@ -147,7 +148,8 @@ KEY_SPEND_CONTROL = (
 
 
 def bench_config(mock_url: str, *, spend_control: bool) -> str:
-    """The applyconfig YAML: one deployment on the mock, the model, the organization."""
+    """The applyconfig YAML: one deployment on the mock, the priced model, the organization
+    (with its budget and rate limits when `spend_control`)."""
     prices = "    prices: {input: 0.20, cached_input: 0.05, output: 0.60}\n"
     organization = (
         "    budget: {usd: 1000000, period: month}\n"
@@ -161,7 +163,7 @@ def bench_config(mock_url: str, *, spend_control: bool) -> str:
         "models:\n"
         f"  - id: {MODEL}\n"
         "    deployment: bench-mock\n"
-        "    context_window: 32768\n" + (prices if spend_control else "") + "organizations:\n"
+        "    context_window: 32768\n" + prices + "organizations:\n"
         "  - name: bench\n" + (organization if spend_control else "")
     )
 
