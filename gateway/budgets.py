@@ -22,6 +22,7 @@ from django.db import DatabaseError
 
 from accounts.models import ApiKey
 from core.db import database_call_on, database_read
+from core.derived import PerObject
 from core.errors import BackendUnavailable, InsufficientQuota
 from core.loops import PerLoop
 from telemetry.costs import Prices
@@ -49,8 +50,7 @@ LEDGER_THREADS = ThreadPoolExecutor(1, thread_name_prefix="mortar-ledger")
 HOLD_MARGIN = timedelta(seconds=60)
 
 
-def budgets_for(key: ApiKey) -> list[Budget]:
-    """The budgets a request with this key must fit, in the ledger's lock order."""
+def _budgets_of(key: ApiKey) -> tuple[Budget, ...]:
     budgets = []
     organization = key.organization
     if organization.budget_usd is not None:
@@ -64,7 +64,12 @@ def budgets_for(key: ApiKey) -> list[Budget]:
         )
     if key.budget_usd is not None:
         budgets.append(Budget(BudgetSpend.Owner.KEY, key.id, key.budget_usd, key.budget_period))
-    return budgets
+    return tuple(budgets)
+
+
+# The budgets a request with this key must fit, in the ledger's lock order: once per key
+# object (a changed key or organization is a new object: core.derived).
+budgets_for = PerObject(_budgets_of)
 
 
 def costs_something(prices: Prices) -> bool:

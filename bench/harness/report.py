@@ -136,8 +136,8 @@ def render(report: dict[str, Any]) -> str:
         ]
     if UNMETERED in names:
         lines += [
-            f"{label(UNMETERED)} is the working tree's Mortar without prices, budgets or rate "
-            "limits (see “Spend control” below); the comparisons are Mortar's.",
+            f"{label(UNMETERED)} is the working tree's Mortar without budgets or rate limits "
+            "(its model priced alike; see “Spend control” below); the comparisons are Mortar's.",
             "",
         ]
     lines += [
@@ -218,11 +218,11 @@ def render(report: dict[str, Any]) -> str:
             "",
             "## Spend control (issue 14: budget and rate-limit checks ≤ 0.15 ms CPU per request)",
             "",
-            f"Mortar's model has prices, and its organization and key each a budget and "
-            f"request and token rate limits, too large to refuse anything: every request is "
-            f"checked, held, charged and counted. {label(UNMETERED)} is the same working tree "
-            "without prices, budgets or limits. Per request at 32 connections (median over "
-            "rounds):",
+            "Mortar's organization and key each have a budget and request and token rate "
+            "limits, too large to refuse anything: every request is checked, held, charged and "
+            f"counted. {label(UNMETERED)} is the same working tree without budgets or limits; "
+            "both price the model (a priced run's cost is computed and stored with or without "
+            "a budget). Per request at 32 connections (median over rounds):",
             "",
             "| Scenario | Verdict | Added by the checks |",
             "| --- | --- | --- |",

@@ -244,11 +244,13 @@ class RedisBackplane(Backplane):
             return None
         admitted, retry_after_ms, *states = reply
         return Verdict(
-            admitted=admitted == 1,
-            retry_after_ms=retry_after_ms,
-            states=tuple(
-                BucketState(limit=bucket.limit, remaining=states[2 * i], reset_ms=states[2 * i + 1])
-                for i, bucket in enumerate(buckets)
+            admitted == 1,
+            retry_after_ms,
+            tuple(
+                BucketState(bucket.limit, remaining, reset_ms)
+                for bucket, remaining, reset_ms in zip(
+                    buckets, states[::2], states[1::2], strict=True
+                )
             ),
         )
 

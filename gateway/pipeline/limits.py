@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from accounts.models import ApiKey, Organization
 from core.backplane import backplane
+from core.derived import PerObject
 from core.errors import RateLimitExceeded
 from core.ratelimits import Bucket, BucketState, Verdict, reset_duration
 from gateway.pipeline.plan import Plan
@@ -32,20 +33,22 @@ class Limited:
 
     def headers(self) -> dict[str, str]:
         """OpenAI's `x-ratelimit-*` headers, for requests and for tokens: of the organization's
-        and the key's limits, the one with the least left."""
+        and the key's limits, the one with the least left (the later reset on a tie)."""
+        tightest: dict[str, BucketState] = {}
+        for bucket, state in zip(self.buckets, self.verdict.states, strict=True):
+            unit = "tokens" if bucket.name.endswith("tokens") else "requests"
+            best = tightest.get(unit)
+            if best is None or (state.remaining, -state.reset_ms) < (
+                best.remaining,
+                -best.reset_ms,
+            ):
+                tightest[unit] = state
         headers: dict[str, str] = {}
         for unit in ("requests", "tokens"):
-            states = [
-                state
-                for bucket, state in zip(self.buckets, self.verdict.states, strict=True)
-                if bucket.name.endswith(unit)
-            ]
-            if not states:
-                continue
-            tightest = min(states, key=lambda state: (state.remaining, -state.reset_ms))
-            headers[f"x-ratelimit-limit-{unit}"] = str(tightest.limit)
-            headers[f"x-ratelimit-remaining-{unit}"] = str(tightest.remaining)
-            headers[f"x-ratelimit-reset-{unit}"] = reset_duration(tightest.reset_ms)
+            if (state := tightest.get(unit)) is not None:
+                headers[f"x-ratelimit-limit-{unit}"] = str(state.limit)
+                headers[f"x-ratelimit-remaining-{unit}"] = str(state.remaining)
+                headers[f"x-ratelimit-reset-{unit}"] = reset_duration(state.reset_ms)
         return headers
 
     def token_buckets(self, tokens: int) -> list[Bucket]:
@@ -56,13 +59,34 @@ class Limited:
         ]
 
 
-def _buckets(owner: str, limits: Organization | ApiKey, prompt_tokens: int) -> list[Bucket]:
-    buckets = []
+class Limit(NamedTuple):
+    """A limit set on the key or its organization: its bucket's name and units per minute;
+    a request takes one unit of a requests limit, its prompt's tokens of a tokens limit."""
+
+    name: str
+    per_minute: int
+    of_tokens: bool
+
+
+def _limits_of(key: ApiKey) -> tuple[Limit, ...]:
+    organization = key.organization
+    return (
+        *_owner_limits(f"org:{organization.id}", organization),
+        *_owner_limits(f"key:{key.id}", key),
+    )
+
+
+def _owner_limits(owner: str, limits: Organization | ApiKey) -> list[Limit]:
+    found = []
     if limits.requests_per_minute:
-        buckets.append(Bucket(f"{owner}:requests", limits.requests_per_minute, 1))
+        found.append(Limit(f"{owner}:requests", limits.requests_per_minute, False))
     if limits.tokens_per_minute:
-        buckets.append(Bucket(f"{owner}:tokens", limits.tokens_per_minute, prompt_tokens))
-    return buckets
+        found.append(Limit(f"{owner}:tokens", limits.tokens_per_minute, True))
+    return found
+
+
+# Once per key object (a changed key or organization is a new object: core.derived).
+limits_of = PerObject(_limits_of)
 
 
 async def rate_limits_check(*, key: ApiKey, decided: Plan) -> None:
@@ -70,13 +94,14 @@ async def rate_limits_check(*, key: ApiKey, decided: Plan) -> None:
     (for the headers, refused or not), or raise `RateLimitExceeded` when one has no room.
     Nothing is decided when no limit is set, or when the limiter cannot be reached: requests
     are admitted then rather than all refused."""
-    organization = key.organization
-    buckets = (
-        *_buckets(f"org:{organization.id}", organization, decided.prompt_tokens),
-        *_buckets(f"key:{key.id}", key, decided.prompt_tokens),
-    )
-    if not buckets:
+    limits = limits_of(key)
+    if not limits:
         return
+    prompt_tokens = decided.prompt_tokens
+    buckets = tuple(
+        Bucket(name, per_minute, prompt_tokens if of_tokens else 1)
+        for name, per_minute, of_tokens in limits
+    )
     verdict = await backplane().rate_admit(buckets)
     if verdict is None:
         return
