@@ -1,0 +1,215 @@
+"""Measure the CPU this process spends on spend control per request: the budget hold and the rate
+limits, as the pipeline runs them, against the real Postgres and Redis (issue 14: ≤ 0.15 ms).
+
+Each simulated request takes the path of a request whose organization and key both have a budget
+and requests and tokens per minute (too large to refuse anything) on a priced model:
+`rate_limits_check` (one EVALSHA, awaited), `hold_for` (the hold, batched with the loop's
+others onto the ledger's thread: one round trip and one commit a batch), the `x-ratelimit-*`
+headers, the generation (one loop pass), the charge, the settlement (on a thread of its own, in
+batches, as the run writer does it in its transaction) and the usage counted against the token
+limits. CONCURRENCY requests interleave on one event loop (uvloop, as `make serve` runs).
+
+Prints the process's CPU per request (process time: every thread) less the same loop doing
+nothing but its awaits, per concurrency; the median of the rounds. `make bench` measures the
+same thing end to end (Mortar beside its unmetered twin); this isolates it, and takes seconds:
+one change at a time.
+
+    .venv/bin/python bench/spend_control_bench.py [--requests 3000] [--rounds 5]
+        [--concurrency 1 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from decimal import Decimal
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+DATABASE = "mortar_bench_spend"
+os.environ["DATABASE_URL"] = f"postgres://postgres@127.0.0.1:5432/{DATABASE}"
+os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
+os.environ["MORTAR_REDIS_PREFIX"] = f"bench-spend-{secrets.token_hex(4)}"
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+import django  # noqa: E402
+
+subprocess.run(
+    [
+        "psql",
+        "-h",
+        "127.0.0.1",
+        "-U",
+        "postgres",
+        "-qc",
+        f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)",
+    ],
+    check=True,
+)
+subprocess.run(
+    ["psql", "-h", "127.0.0.1", "-U", "postgres", "-qc", f"CREATE DATABASE {DATABASE}"],
+    check=True,
+)
+django.setup()
+
+import uvloop  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+from django.db import connection, transaction  # noqa: E402
+
+from accounts.models import ApiKey, Organization  # noqa: E402
+from core.backplane import backplane  # noqa: E402
+from gateway.budgets import hold_for  # noqa: E402
+from gateway.pipeline.limits import count_usage, rate_limits_check  # noqa: E402
+from gateway.pipeline.plan import Plan  # noqa: E402
+from gateway.pipeline.surface import CHAT_COMPLETIONS  # noqa: E402
+from telemetry.costs import Prices, usage_cost  # noqa: E402
+from telemetry.services.budgets import budget_holds_settle  # noqa: E402
+
+PRICES = Prices(input=Decimal("0.20"), cached_input=Decimal("0.05"), output=Decimal("0.60"))
+PROMPT, COMPLETION, MAX_TOKENS = 420, 180, 1024
+USAGE = {"prompt_tokens": PROMPT, "completion_tokens": COMPLETION}
+LIMITS = {"requests_per_minute": 1_000_000_000, "tokens_per_minute": 2_000_000_000}
+
+
+def bench_key() -> ApiKey:
+    organization = Organization.objects.create(
+        name="bench", budget_usd=Decimal(1_000_000), budget_period="month", **LIMITS
+    )
+    key = ApiKey.objects.create(
+        organization=organization,
+        prefix="bench",
+        digest=secrets.token_hex(32),
+        budget_usd=Decimal(1_000_000),
+        budget_period="total",
+        **LIMITS,
+    )
+    return ApiKey.objects.select_related("organization").get(pk=key.pk)
+
+
+class Settlements:
+    """The charges, settled in batches on a thread of its own (as the run writer does)."""
+
+    def __init__(self) -> None:
+        self.thread = ThreadPoolExecutor(1, thread_name_prefix="bench-settle")
+        self.pending: list[tuple[str, Decimal]] = []
+        self.batches: list[asyncio.Future[None]] = []
+
+    def add(self, run_id: str, cost: Decimal) -> None:
+        self.pending.append((run_id, cost))
+        if len(self.pending) >= 32:
+            self.flush()
+
+    def flush(self) -> None:
+        batch, self.pending = self.pending, []
+        if batch:
+            self.batches.append(
+                asyncio.get_running_loop().run_in_executor(self.thread, _settle, batch)
+            )
+
+    async def wait(self) -> None:
+        self.flush()
+        await asyncio.gather(*self.batches)
+        self.batches.clear()
+
+
+def _settle(batch: list[tuple[str, Decimal]]) -> None:
+    with transaction.atomic():
+        budget_holds_settle(batch)
+
+
+async def one_request(key: ApiKey, settlements: Settlements) -> None:
+    plan = Plan(run_id="chatcmpl-" + secrets.token_hex(12), surface=CHAT_COMPLETIONS)
+    plan.prompt_tokens, plan.max_tokens = PROMPT, MAX_TOKENS
+    await rate_limits_check(key=key, decided=plan)
+    held = await hold_for(
+        run_id=plan.run_id,
+        key=key,
+        prompt_tokens=PROMPT,
+        max_tokens=MAX_TOKENS,
+        prices=PRICES,
+        total_timeout_s=600.0,
+    )
+    assert held is not None and plan.rate_limits is not None
+    plan.rate_limits.headers()
+    await asyncio.sleep(0)  # the generation
+    settlements.add(plan.run_id, held.charge(usage_cost(USAGE, PRICES)))
+    count_usage(plan.rate_limits, PROMPT, USAGE)
+
+
+async def null_request() -> None:
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+
+
+async def run(key: ApiKey, requests: int, concurrency: int, real: bool) -> tuple[float, float]:
+    """The process's user and system CPU seconds for `requests` requests."""
+    settlements = Settlements()
+    counter = iter(range(requests))
+
+    async def worker() -> None:
+        for _ in counter:
+            if real:
+                await one_request(key, settlements)
+            else:
+                await null_request()
+
+    before = os.times()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    await settlements.wait()
+    await backplane().barrier()
+    after = os.times()
+    return after.user - before.user, after.system - before.system
+
+
+async def main(args: argparse.Namespace) -> None:
+    await asyncio.to_thread(call_command, "migrate", verbosity=0)
+    plane = backplane()
+    await plane.start()
+    key = await asyncio.to_thread(bench_key)
+    await run(key, 500, 8, True)  # warm up: connections, prepared statements, the script
+    print(f"spend control on Postgres and {plane.name}: a budget and two rate limits each on")
+    print("the organization and the key, a priced model; per request, less the null loop")
+    for concurrency in args.concurrency:
+        results, system = [], []
+        for _ in range(args.rounds):
+            null_user, null_system = await run(key, args.requests, concurrency, False)
+            user, sys_ = await run(key, args.requests, concurrency, True)
+            results.append((user + sys_ - null_user - null_system) * 1e6 / args.requests)
+            system.append((sys_ - null_system) * 1e6 / args.requests)
+        print(
+            f"concurrency {concurrency:>3}: {statistics.median(results):6.1f} CPU µs per request, "
+            f"{statistics.median(system):.1f} of it in the kernel "
+            f"(rounds: {', '.join(f'{r:.1f}' for r in results)})"
+        )
+    await plane.close()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--requests", type=int, default=3000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
+    try:
+        uvloop.run(main(parser.parse_args()))
+    finally:
+        connection.close()
+        subprocess.run(
+            [
+                "psql",
+                "-h",
+                "127.0.0.1",
+                "-U",
+                "postgres",
+                "-qc",
+                f"DROP DATABASE {DATABASE} WITH (FORCE)",
+            ],
+            check=False,
+        )
