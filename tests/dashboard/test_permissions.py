@@ -28,6 +28,9 @@ PAGES = [
     "/dashboard/audit/",
     "/dashboard/audit/?format=csv",
     "/dashboard/budgets/",
+    "/dashboard/runs/chatcmpl-000000000000000000000001/rerun",
+    "/dashboard/runs/chatcmpl-000000000000000000000001/compare/chatcmpl-000000000000000000000001/",
+    "/dashboard/playground/",
 ]
 
 
@@ -97,6 +100,30 @@ def test_stop_with_csrf_token_answers_not_running(a_run: Run) -> None:
     )
     assert response.status_code == 404
     assert response.json() == {"stopped": False, "id": a_run.pk}
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/dashboard/runs/chatcmpl-000000000000000000000001/rerun", "/dashboard/playground/send"],
+)
+def test_sending_refuses_a_post_without_csrf_token(a_run: Run, path: str) -> None:
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(User.objects.create_user("perm-staff", is_staff=True))
+    response = client.post(path, {"key": "1", "model": "x", "prompt": "hi", "request": "{}"})
+    assert response.status_code == 403
+    assert b"CSRF" in response.content
+    assert Run.objects.count() == 1  # nothing was sent
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/dashboard/runs/chatcmpl-000000000000000000000001/rerun", "/dashboard/playground/send"],
+)
+def test_non_staff_cannot_send(client: Client, a_run: Run, path: str) -> None:
+    client.force_login(User.objects.create_user("perm-visitor", is_staff=False))
+    response = client.post(path, {"key": "1", "model": "x", "prompt": "hi", "request": "{}"})
+    assert response.status_code == 302
+    assert Run.objects.count() == 1
 
 
 def test_stop_answers_get_with_405(staff_client: Client, a_run: Run) -> None:
