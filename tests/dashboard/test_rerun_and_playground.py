@@ -216,3 +216,47 @@ def test_the_playground_answers_form_errors_without_sending(
     errors = response.json()["errors"]
     assert set(errors) == {"model", "prompt"}
     assert Run.objects.filter(api_key=tenant.key).count() == before
+
+
+WEATHER_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": name,
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+    for name in ("get_weather", "get_time")
+]
+
+
+def test_the_compare_page_diffs_the_tool_calls_of_a_rerun_sent_through_the_api(
+    page, mortar_server: ServerProcess, tenant: Tenant
+) -> None:
+    original = sent(mortar_server, tenant.secret, tools=WEATHER_TOOLS)
+    response = httpx.post(
+        f"{mortar_server.base_url}/v1/chat/completions/runs/{original}/rerun",
+        content=orjson.dumps(
+            {"tool_choice": {"type": "function", "function": {"name": "get_time"}}}
+        ),
+        headers={"Authorization": f"Bearer {tenant.secret}"},
+        timeout=30,
+    )
+    assert response.status_code == 200, response.text
+    new_id = response.headers["X-Mortar-Run-Id"]
+    wait_for_run(new_id)
+
+    page.goto(f"{mortar_server.base_url}/dashboard/runs/{original}/compare/{new_id}/")
+
+    removed = " ".join(page.locator("#tool-calls-diff del").all_inner_texts())
+    added = " ".join(page.locator("#tool-calls-diff ins").all_inner_texts())
+    assert "get_weather" in removed and "get_time" not in removed
+    assert "get_time" in added and "get_weather" not in added
+    finish = page.locator("tr[data-fact=finish_reason]")
+    assert finish.inner_text().split() == ["Finish", "reason", "tool_calls", "tool_calls"]
+    assert finish.get_attribute("class") == ""
+    assert "tool_choice" in " ".join(page.locator("#request-diff ins").all_inner_texts())

@@ -159,7 +159,9 @@ def test_an_unknown_run_is_gone(mortar_server: ServerProcess, tenant: Tenant) ->
 
 
 @pytest.fixture(scope="module")
-def metadata_tenant(django_db_setup: None, django_db_blocker, sees_other_connections: None) -> Tenant:
+def metadata_tenant(
+    django_db_setup: None, django_db_blocker, sees_other_connections: None
+) -> Tenant:
     with django_db_blocker.unblock():
         organization = Organization.objects.create(
             name=f"metadata-{uuid.uuid4().hex[:8]}", retention=Organization.Retention.METADATA
@@ -197,3 +199,32 @@ def test_bad_overrides_are_refused_as_a_bad_body_is_and_recorded(
     assert (refused.rerun_of, refused.status) == (original, Run.Status.REFUSED)
     assert not_an_object.status_code == 400
     assert not_an_object.json()["error"]["code"] == "invalid_json"
+
+
+def test_a_messages_run_is_sent_again_on_the_messages_route(
+    mortar_server: ServerProcess, tenant: Tenant
+) -> None:
+    sent = httpx.post(
+        f"{mortar_server.base_url}/v1/messages",
+        json={
+            "model": "Qwen/Qwen2.5-7B-Instruct",
+            "max_tokens": 64,
+            "messages": [{"role": "user", "content": "What does max_tokens limit?"}],
+        },
+        headers={"x-api-key": tenant.secret, "anthropic-version": "2023-06-01"},
+        timeout=30,
+    )
+    assert sent.status_code == 200, sent.text
+    original = sent.json()["id"]
+    wait_for_run(original)
+
+    response = rerun(mortar_server, tenant.secret, original, {"max_tokens": 5})
+
+    assert response.status_code == 200, response.text
+    message = response.json()
+    assert message["type"] == "message" and message["id"].startswith("msg_")
+    assert message["id"] != original
+    assert message["stop_reason"] == "max_tokens" and message["usage"]["output_tokens"] == 5
+    stored = wait_for_run(message["id"])
+    assert stored.rerun_of == original
+    assert orjson.loads(bytes(stored.request_body))["max_tokens"] == 5
