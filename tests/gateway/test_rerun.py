@@ -6,6 +6,7 @@ was not kept are gone (410); bad overrides are refused like a bad body (issue 18
 from __future__ import annotations
 
 import json
+import time
 import uuid
 
 import httpx
@@ -15,8 +16,10 @@ from openai import OpenAI
 
 from accounts.models import Organization
 from accounts.services import key_create
-from telemetry.models import Run
+from telemetry.models import Run, RunImage
 from tests.conftest import Tenant, wait_for_run
+from tests.support.catalog import SurfaceModels
+from tests.support.images import data_url, image_bytes, image_part, text_part
 from tests.support.servers import ServerProcess
 from tests.support.upstreams import MockPair, mock_requests, mock_reset
 
@@ -228,3 +231,37 @@ def test_a_messages_run_is_sent_again_on_the_messages_route(
     stored = wait_for_run(message["id"])
     assert stored.rerun_of == original
     assert orjson.loads(bytes(stored.request_body))["max_tokens"] == 5
+
+
+def images_of(run_id: str) -> list[int]:
+    """The run's stored images (their ids), once the writer has stored them."""
+    for _ in range(100):
+        found = list(RunImage.objects.filter(run_id=run_id).values_list("image_id", flat=True))
+        if found:
+            return found
+        time.sleep(0.05)
+    return []
+
+
+def test_a_request_s_images_are_sent_again_as_received(
+    mortar_server: ServerProcess, tenant: Tenant, surface_models: SurfaceModels
+) -> None:
+    url = data_url(image_bytes("image/png", (64, 48)))
+    content = [text_part("What is in this picture?"), image_part(url)]
+    original = original_run(
+        mortar_server,
+        tenant.secret,
+        model=surface_models.vision,
+        messages=[{"role": "user", "content": content}],
+    )
+    (image,) = images_of(original)
+    assert url.encode() not in bytes(Run.objects.get(pk=original).request_body)  # a reference
+
+    response = rerun(mortar_server, tenant.secret, original)
+
+    assert response.status_code == 200, response.text
+    stored = wait_for_run(response.headers["X-Mortar-Run-Id"])
+    first = Run.objects.get(pk=original)
+    assert stored.rerun_of == original
+    assert stored.prompt_tokens == first.prompt_tokens  # the image counted again
+    assert images_of(stored.pk) == [image]  # the same image, stored once
