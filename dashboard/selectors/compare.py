@@ -18,6 +18,9 @@ from telemetry.models import Run
 
 # Words and the spaces between them: a diff of replies in words reads as the reply does.
 _WORDS = re.compile(r"\s+|[^\s]+")
+# SequenceMatcher is quadratic at worst: replies longer than this (in words and spaces) are
+# diffed by line instead, so a page of two long replies still answers at once.
+MAX_WORD_DIFF = 20_000
 # The facts compared, by the Run field (or ComparedRun property) that holds each.
 FACTS = {
     "model": "Model",
@@ -126,7 +129,10 @@ def _compared(run_id: str) -> ComparedRun | None:
 
 def words_diff(left: str, right: str) -> list[DiffPiece]:
     """The two texts as one, word by word: what both have, what only the left or right has."""
-    return _diff(_WORDS.findall(left), _WORDS.findall(right), joiner="")
+    left_words, right_words = _WORDS.findall(left), _WORDS.findall(right)
+    if max(len(left_words), len(right_words)) > MAX_WORD_DIFF:
+        return lines_diff(left, right)
+    return _diff(left_words, right_words, joiner="")
 
 
 def lines_diff(left: str, right: str) -> list[DiffPiece]:
