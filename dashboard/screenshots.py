@@ -187,6 +187,30 @@ def photograph(base: str, secret: str, out: Path, run_id: str) -> list[Path]:
         page.click("input[name=_save]")
         page.wait_for_selector("#key-secret")
         shot("10-admin-key-created")
+
+        # Re-run: the stored request edited (another question), sent again, and compared.
+        page.goto(f"{base}/dashboard/runs/{run_id}/rerun")
+        request = orjson.loads(page.locator("textarea[name=request]").input_value())
+        request["messages"] = [{"role": "user", "content": QUESTIONS[1]}]
+        request["temperature"] = 0.2
+        page.fill(
+            "textarea[name=request]", orjson.dumps(request, option=orjson.OPT_INDENT_2).decode()
+        )
+        shot("11-rerun")
+        page.click("#rerun-send")
+        page.wait_for_url("**/compare/**")
+        shot("12-compare")
+
+        page.goto(f"{base}/dashboard/playground/")
+        key = page.locator("select[name=key] option", has_text="screenshots").first
+        page.select_option("select[name=key]", key.get_attribute("value") or "")
+        page.select_option("select[name=model]", "demo-slow")
+        page.fill("textarea[name=system]", "You are a concise assistant for an inference platform.")
+        page.fill("textarea[name=prompt]", QUESTIONS[3])
+        page.fill("input[name=max_tokens]", "40")
+        page.click("#playground-send")
+        page.wait_for_selector("#playground-state[data-state=done]", timeout=60_000)
+        shot("13-playground")
         browser.close()
     return shots
 

@@ -2,7 +2,17 @@ from django.contrib.auth import views as auth_views
 from django.urls import path, register_converter
 
 from core.ids import RUN_ID_PATTERN
-from dashboard.views import assets, audit, budgets, live, overview, runs, sessions
+from dashboard.views import (
+    assets,
+    audit,
+    budgets,
+    live,
+    overview,
+    playground,
+    rerun,
+    runs,
+    sessions,
+)
 
 
 class RunIdConverter:
@@ -38,6 +48,14 @@ urlpatterns = [
     path("runs/<run_id:run_id>/replay", runs.run_replay, name="run-replay"),
     path("runs/<run_id:run_id>/download", runs.run_download, name="run-download"),
     path("runs/<run_id:run_id>/images/<int:position>", runs.run_image, name="run-image"),
+    path("runs/<run_id:run_id>/rerun", rerun.run_rerun, name="run-rerun"),
+    path(
+        "runs/<run_id:run_id>/compare/<run_id:other_id>/",
+        rerun.run_compare,
+        name="run-compare",
+    ),
+    path("playground/", playground.playground, name="playground"),
+    path("playground/send", playground.playground_send, name="playground-send"),
     path("sessions/", sessions.sessions, name="sessions"),
     path("audit/", audit.audit, name="audit"),
     path("budgets/", budgets.budgets, name="budgets"),

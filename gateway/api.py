@@ -14,6 +14,7 @@ from ninja import P, PathEx, Router
 
 from accounts.auth import api_key_auth, key_of
 from core.errors import Envelope
+from core.http.requests import request_id_of
 from core.http.responses import json_response
 from core.ids import is_run_id
 from gateway.anthropic.docs import (
@@ -32,8 +33,10 @@ from gateway.contract.docs import (
     STOP_DOCS,
     STOP_RESPONSES,
 )
+from gateway.contract.rerun import RERUN_DOCS, RERUN_RESPONSES
 from gateway.coordination.stop import live_generations
 from gateway.pipeline import chat_completion, message_create, message_token_count
+from gateway.reruns import rerun
 
 router = Router(auth=api_key_auth())
 messages_auth = api_key_auth(Envelope.ANTHROPIC)
@@ -54,6 +57,30 @@ CHAT_COMPLETIONS_PATH = "/v1/chat/completions"
 async def create_chat_completion(request: HttpRequest) -> HttpResponseBase:
     """Create a chat completion: one JSON object, or a stream of server-sent events."""
     return await chat_completion(request, key_of(request))
+
+
+# Like the completion, the view reads the body (the overrides) itself: it is merged into the
+# stored request, and the merged body is what is validated.
+@router.post(
+    "/chat/completions/runs/{run_id}/rerun",
+    operation_id="rerun_run",
+    tags=["Replay"],
+    summary="Re-run a stored run",
+    response=RERUN_RESPONSES,
+    openapi_extra=RERUN_DOCS,
+)
+async def rerun_run(
+    request: HttpRequest,
+    run_id: PathEx[str, P(description="The run to send again: its completion's ID.")],
+) -> HttpResponseBase:
+    """Send a stored run's request again, as it was or with fields replaced, as a new run."""
+    return await rerun(
+        run_id=run_id,
+        key=key_of(request),
+        overrides=request.body,
+        headers=request.headers,
+        request_id=request_id_of(request),
+    )
 
 
 @router.post(

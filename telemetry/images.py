@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.db.models import F
+
 from telemetry.models import Image, RunImage
 from telemetry.records import ImageRecord, RunFields
 
@@ -97,6 +99,23 @@ def body_with_images(body: bytes, images: Mapping[str, tuple[str, bytes]]) -> by
         reference = f"{BASE64_REFERENCE_PREFIX}{sha256}".encode()
         body = body.replace(b'"%s"' % reference, b'"%s"' % base64.b64encode(data))
     return body
+
+
+def stored_body_as_received(run_id: str, stored: bytes | memoryview | None) -> bytes | None:
+    """A stored body of the run (as received, or as sent upstream) with its images put back:
+    only the images of the run's own organization."""
+    if stored is None:
+        return None
+    body = bytes(stored)
+    if REFERENCE_PREFIX.encode() not in body and BASE64_REFERENCE_PREFIX.encode() not in body:
+        return body
+    images = {
+        sha256: (media_type, bytes(data))
+        for sha256, media_type, data in RunImage.objects.filter(
+            run_id=run_id, image__organization_id=F("run__organization_id")
+        ).values_list("image__sha256", "image__media_type", "image__data")
+    }
+    return body_with_images(body, images)
 
 
 def run_images_write(runs: Sequence[RunImages]) -> None:

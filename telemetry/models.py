@@ -88,6 +88,11 @@ class Run(models.Model):
     session_kept = models.BooleanField(null=True)
     upstream_request = models.BinaryField(null=True)
 
+    # A re-run (issue 18): the id of the run whose stored request this one sent again, null
+    # for a request a client sent. A plain id, no foreign key: no index or constraint to keep
+    # on the hot path's inserts, and the original may be purged before its re-runs.
+    rerun_of = models.CharField(max_length=40, null=True, blank=True)
+
     class Meta:
         indexes = [
             models.Index(fields=["organization", "-accepted_at"], name="run_org_accepted"),

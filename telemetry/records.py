@@ -46,6 +46,8 @@ class RunFields(TypedDict, total=False):
     upstream_request: bytes | None
     replica: str
     session_kept: bool | None
+    # A re-run's origin (`gateway.reruns`).
+    rerun_of: str | None
     # How it ended.
     status: str
     http_status: int | None

@@ -161,6 +161,7 @@ def test_every_operation_declares_its_answers_with_schemas(document: dict[str, A
         "stop_generation",
         "telemetry_stream",
         "replay_run",
+        "rerun_run",
     }
     for operation_id, operation in declared.items():
         for status, answer in operation["responses"].items():
@@ -169,6 +170,10 @@ def test_every_operation_declares_its_answers_with_schemas(document: dict[str, A
                 assert media_type["schema"], (operation_id, status)
     replay_error = declared["replay_run"]["responses"]["410"]["content"]["application/json"]
     assert replay_error["schema"] == {"$ref": "#/components/schemas/FlatErrorEnvelope"}
+    # A re-run answers as a completion does: the OpenAI envelope, 410 included.
+    rerun_error = declared["rerun_run"]["responses"]["410"]["content"]["application/json"]
+    assert rerun_error["schema"] == {"$ref": "#/components/schemas/ErrorEnvelope"}
+    assert declared["rerun_run"]["requestBody"]["required"] is False
     parameters = {(p["in"], p["name"]) for p in declared["replay_run"]["parameters"]}
     assert parameters == {
         ("path", "run_id"),

@@ -55,6 +55,7 @@ BUDGET = {
     "get_budget": 10,
     "stop_generation": 30,
     "replay_run": 16,
+    "rerun_run": 16,
     "telemetry_stream": 30,
 }
 TELEMETRY_STREAM = "telemetry_stream"
@@ -100,6 +101,7 @@ def test_the_document_declares_every_v1_operation(api_schema: schemathesis.BaseS
         "POST /v1/messages",
         "POST /v1/messages/count_tokens",
         "GET /v1/chat/completions/runs/{run_id}",
+        "POST /v1/chat/completions/runs/{run_id}/rerun",
         "POST /v1/generations/{run_id}/stop",
         "GET /v1/models",
         "GET /v1/budget",

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from django.db.models import F, QuerySet
 
-from telemetry.images import BASE64_REFERENCE_PREFIX, REFERENCE_PREFIX, body_with_images
+from telemetry.images import stored_body_as_received
 from telemetry.models import RunImage
 
 
@@ -61,15 +61,4 @@ def run_image(run_id: str, position: int) -> tuple[str, bytes] | None:
 
 def body_as_received(run_id: str, stored: bytes | memoryview | None) -> bytes | None:
     """A body of the run as it was received (or sent upstream): its images put back in."""
-    if stored is None:
-        return None
-    body = bytes(stored)
-    if REFERENCE_PREFIX.encode() not in body and BASE64_REFERENCE_PREFIX.encode() not in body:
-        return body
-    images = {
-        sha256: (media_type, bytes(data))
-        for sha256, media_type, data in _images_of(run_id).values_list(
-            "image__sha256", "image__media_type", "image__data"
-        )
-    }
-    return body_with_images(body, images)
+    return stored_body_as_received(run_id, stored)

@@ -44,17 +44,29 @@ async def chat_completion(request: AnyRequest, key: ApiKey) -> HttpResponse | Ev
     return await complete(request, key, CHAT_COMPLETIONS)
 
 
+async def completion_for_key(
+    request: AnyRequest, key: ApiKey, surface: Surface, *, rerun_of: str | None = None
+) -> HttpResponse | EventStreamResponse:
+    """A request already authenticated as `key`, on `surface`: a re-run (`rerun_of` names the
+    run it sends again, `gateway.reruns`) or the dashboard's playground, run in-process.
+
+    The same pipeline as the routes' from its first step; staff never need a key's secret."""
+    return await complete(request, key, surface, rerun_of=rerun_of)
+
+
 async def message_create(request: AnyRequest, key: ApiKey) -> HttpResponse | EventStreamResponse:
     """`POST /v1/messages`."""
     return await complete(request, key, MESSAGES)
 
 
 async def complete(
-    request: AnyRequest, key: ApiKey, surface: Surface
+    request: AnyRequest, key: ApiKey, surface: Surface, *, rerun_of: str | None = None
 ) -> HttpResponse | EventStreamResponse:
     accepted = accept(surface.id_prefix)
     organization = key.organization
     recorder = run_recorder(accepted, key, request)
+    if rerun_of is not None:
+        recorder.set(rerun_of=rerun_of)
     annotate(run_id=accepted.completion_id, organization=organization.name)
     decided = Plan(run_id=accepted.completion_id, surface=surface)
 

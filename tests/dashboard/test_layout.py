@@ -125,6 +125,9 @@ PAGES = [
     "/dashboard/audit/",
     "/dashboard/audit/?group=organization&group=key&group=end_user&group=model",
     "/dashboard/budgets/",
+    "/dashboard/runs/{long_run}/rerun",
+    "/dashboard/runs/{long_run}/compare/{run}/",
+    "/dashboard/playground/",
 ]
 
 

@@ -28,6 +28,9 @@ PAGES = [
     "/dashboard/audit/",
     "/dashboard/audit/?format=csv",
     "/dashboard/budgets/",
+    "/dashboard/runs/chatcmpl-000000000000000000000001/rerun",
+    "/dashboard/runs/chatcmpl-000000000000000000000001/compare/chatcmpl-000000000000000000000001/",
+    "/dashboard/playground/",
 ]
 
 
@@ -97,6 +100,37 @@ def test_stop_with_csrf_token_answers_not_running(a_run: Run) -> None:
     )
     assert response.status_code == 404
     assert response.json() == {"stopped": False, "id": a_run.pk}
+
+
+def sent_from_the_dashboard(run: Run) -> bool:
+    """Whether a re-run of `run` or any run from the dashboard (the playground) was stored."""
+    return Run.objects.filter(rerun_of=run.pk).exists() or (
+        Run.objects.filter(end_user__startswith="dashboard:perm-").exists()
+    )
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/dashboard/runs/chatcmpl-000000000000000000000001/rerun", "/dashboard/playground/send"],
+)
+def test_sending_refuses_a_post_without_csrf_token(a_run: Run, path: str) -> None:
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(User.objects.create_user("perm-staff", is_staff=True))
+    response = client.post(path, {"key": "1", "model": "x", "prompt": "hi", "request": "{}"})
+    assert response.status_code == 403
+    assert b"CSRF" in response.content
+    assert not sent_from_the_dashboard(a_run)
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/dashboard/runs/chatcmpl-000000000000000000000001/rerun", "/dashboard/playground/send"],
+)
+def test_non_staff_cannot_send(client: Client, a_run: Run, path: str) -> None:
+    client.force_login(User.objects.create_user("perm-visitor", is_staff=False))
+    response = client.post(path, {"key": "1", "model": "x", "prompt": "hi", "request": "{}"})
+    assert response.status_code == 302
+    assert not sent_from_the_dashboard(a_run)
 
 
 def test_stop_answers_get_with_405(staff_client: Client, a_run: Run) -> None:
