@@ -12,6 +12,7 @@ from dashboard.selectors.audit import AUDIT_DIMENSIONS, AUDIT_SORTS, AuditQuery
 from dashboard.selectors.overview import OverviewFilters
 from dashboard.selectors.runs import Cursor, RunFilters
 from dashboard.selectors.sessions import SESSION_SORTS, SessionQuery
+from dashboard.selectors.spend import SpendFilters
 from telemetry.models import Run
 
 RANGES = {
@@ -188,3 +189,40 @@ class AuditForm(OrganizationChoiceMixin):
             ),
             sort=data.get("sort") or "-cost",
         )
+
+
+# The Spend page's CSV downloads: one per table on the page.
+SPEND_TABLES = [
+    "organization",
+    "key",
+    "end_user",
+    "model",
+    "deployment",
+    "errors",
+    "latency",
+    "ttft",
+]
+
+
+class SpendForm(OrganizationChoiceMixin):
+    range = forms.ChoiceField(choices=RANGE_CHOICES, required=False)
+    organization = forms.TypedChoiceField(coerce=int, required=False, empty_value=None)
+    table = forms.ChoiceField(choices=_blank([(t, t) for t in SPEND_TABLES]), required=False)
+
+    def __init__(self, data: QueryDict, *, organizations: list[tuple[int, str]]) -> None:
+        super().__init__(_with_default_range(data))
+        self.set_organization_choices(organizations)
+
+    def filters(self, *, now: datetime) -> SpendFilters:
+        data = self.cleaned_data if self.is_valid() else {}
+        span = RANGES[data.get("range") or DEFAULT_RANGE]
+        return SpendFilters(
+            since=now - span,
+            until=now,
+            organization_id=data.get("organization"),
+            # A day's step beyond a day: 30 days of hours is 720 points a line.
+            bucket="day" if span > timedelta(days=1) else "hour",
+        )
+
+    def table(self) -> str:
+        return (self.cleaned_data.get("table") or "") if self.is_valid() else ""

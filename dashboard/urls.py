@@ -2,7 +2,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path, register_converter
 
 from core.ids import RUN_ID_PATTERN
-from dashboard.views import assets, audit, budgets, live, overview, runs, sessions
+from dashboard.views import assets, audit, budgets, live, overview, runs, sessions, spend
 
 
 class RunIdConverter:
@@ -39,6 +39,7 @@ urlpatterns = [
     path("runs/<run_id:run_id>/download", runs.run_download, name="run-download"),
     path("runs/<run_id:run_id>/images/<int:position>", runs.run_image, name="run-image"),
     path("sessions/", sessions.sessions, name="sessions"),
+    path("spend/", spend.spend, name="spend"),
     path("audit/", audit.audit, name="audit"),
     path("budgets/", budgets.budgets, name="budgets"),
     path("assets/<path:path>", assets.asset, name="asset"),
