@@ -229,5 +229,5 @@ class SpendForm(OrganizationChoiceMixin):
             bucket="day" if span > timedelta(days=1) else "hour",
         )
 
-    def table(self) -> str:
+    def csv_table(self) -> str:
         return (self.cleaned_data.get("table") or "") if self.is_valid() else ""

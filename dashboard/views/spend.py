@@ -51,8 +51,8 @@ def spend(request: HttpRequest) -> HttpResponse:
     services.usage_rollups_refresh_without_beat()
     now = timezone.now()
     filters = form.filters(now=now)
-    if request.GET.get("format") == "csv" and form.table():
-        return _csv(filters, form.table(), now=now)
+    if request.GET.get("format") == "csv" and form.csv_table():
+        return _csv(filters, form.csv_table(), now=now)
     breakdowns = {d: usage_by(filters, d, now=now) for d, _ in CHARTED}
     charts = {d: spend_chart(filters, d, breakdowns[d], now=now).as_json() for d, _ in CHARTED}
     latency, ttft = histogram(filters, "latency"), histogram(filters, "ttft")
@@ -100,7 +100,9 @@ def _csv_rows(filters: SpendFilters, table: str, *, now: datetime) -> Iterator[l
         for row in usage_by(filters, table, limit=None, sort=sort, now=now):
             ratio = row.cache_hit_ratio
             yield [
-                row.label,
+                # Names for organizations and keys; end users, models and deployments as
+                # stored (an empty one stays empty, not "(none)").
+                row.label if table in ("organization", "key") else row.value,
                 row.requests,
                 row.errors,
                 row.prompt_tokens,
