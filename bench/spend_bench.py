@@ -1,6 +1,6 @@
 """How fast the dashboard's Spend page answers with 1,000,000 runs in Postgres.
 
-Seeds its own database (`mortar_bench_spend`) with the runs list bench's million runs (20
+Seeds its own database (`spend_page_bench`) with the runs list bench's million runs (20
 organizations, 100 keys, 5,000 end users, 5 models, 30 days, 2% errors; `runs_list_bench.py`),
 once, and rolls them up by hour (no beat: the last two hours are read from the runs, as on a
 server whose rollups were never refreshed in the current hour). Then times, as the median of a
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import runs_list_bench as seeding  # noqa: E402  (bench/ is on sys.path when run as a script)
 
-seeding.BENCH_DB = "mortar_bench_spend"
+seeding.BENCH_DB = "spend_page_bench"
 TRIES = 5
 
 
