@@ -111,16 +111,17 @@ def main() -> None:
     worst = 0.0
     for span, bucket in ((timedelta(hours=24), "hour"), (timedelta(days=30), "day")):
         for who, org in (("every organization", None), ("one organization", organization.pk)):
-            filters = SpendFilters(
-                since=now - span, until=now, organization_id=org, bucket=bucket
-            )
+            filters = SpendFilters(since=now - span, until=now, organization_id=org, bucket=bucket)
             print(f"last {span.days or 1} {'days' if span.days else 'day'}, {who}:")
             top = usage_by(filters, "end_user")
             cases: list[tuple[str, Callable[[], object]]] = [
                 ("totals", lambda f=filters: spend_totals(f)),
                 ("top end users (5,000)", lambda f=filters: usage_by(f, "end_user")),
                 ("top keys", lambda f=filters: usage_by(f, "key")),
-                ("end-user spend over time", lambda f=filters: spend_chart(f, "end_user", top)),
+                (
+                    "end-user spend over time",
+                    lambda f=filters, t=top: spend_chart(f, "end_user", t),
+                ),
                 ("errors by code", lambda f=filters: errors_by_code(f)),
                 ("latency histogram", lambda f=filters: histogram(f, "latency")),
             ]

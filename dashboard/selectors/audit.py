@@ -121,7 +121,9 @@ def _rows(query: AuditQuery) -> QuerySet[UsageRollup, Any]:
     return ordered
 
 
-def audit_rows(query: AuditQuery, *, limit: int | None = None, offset: int = 0) -> list[dict[str, Any]]:
+def audit_rows(
+    query: AuditQuery, *, limit: int | None = None, offset: int = 0
+) -> list[dict[str, Any]]:
     """The grouped rows, sorted, with each key's label; `limit` of them from `offset`."""
     rows = _rows(query)
     found = list(rows[offset:] if limit is None else rows[offset : offset + limit])

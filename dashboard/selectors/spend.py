@@ -32,6 +32,7 @@ from django.db.models import (
     Count,
     DecimalField,
     DurationField,
+    Expression,
     ExpressionWrapper,
     F,
     IntegerField,
@@ -52,14 +53,14 @@ from telemetry.services.rollups import IS_ERROR, usage_rollups_watermark
 
 # The breakdowns, and the column each is grouped by in the rollups and in the runs.
 DIMENSIONS = ("organization", "key", "end_user", "model", "deployment")
-ROLLUP_COLUMN = {
+ROLLUP_COLUMN: dict[str, Expression | F] = {
     "organization": F("organization_id"),
     "key": F("api_key_id"),
     "end_user": F("end_user"),
     "model": F("model"),
     "deployment": F("deployment"),
 }
-RUN_COLUMN = {
+RUN_COLUMN: dict[str, Expression | F] = {
     **ROLLUP_COLUMN,
     # 0 for a run without a key, as the rollups store it.
     "key": Coalesce(F("api_key_id"), Value(0), output_field=BigIntegerField()),
@@ -143,7 +144,9 @@ def _savings_per_token() -> Case | Value:
     return Case(*whens, default=Value(Decimal(0)), output_field=MONEY)
 
 
-def _sources(filters: SpendFilters, *, now: datetime) -> tuple[QuerySet[UsageRollup], QuerySet[Run]]:
+def _sources(
+    filters: SpendFilters, *, now: datetime
+) -> tuple[QuerySet[UsageRollup], QuerySet[Run]]:
     """The rollups before the fresh hours and the finished runs from them on (whole hours)."""
     recent = fresh_since(now, usage_rollups_watermark())
     start = filters.since.replace(minute=0, second=0, microsecond=0)
@@ -165,7 +168,8 @@ def _grouped_sql(
     saving = _savings_per_token()
     trunc = TruncDay if filters.bucket == "day" else TruncHour
     # No dimension (the totals): one constant key, so `values()` does not mean every field.
-    columns = {f"d_{d}": ROLLUP_COLUMN[d] for d in dimensions} or {"d_all": Value(0)}
+    columns: dict[str, Expression | F] = {f"d_{d}": ROLLUP_COLUMN[d] for d in dimensions}
+    columns = columns or {"d_all": Value(0)}
     keys = list(columns)
     from_rollups = rollups.annotate(
         **columns,
@@ -292,7 +296,7 @@ def spend_chart(
     union, params = _grouped_sql(filters, [dimension], by_bucket=True, now=now)
     shown = top[:CHART_SERIES]
     # Per bucket: the total, and the cost of each value shown (only those come back).
-    cases = " ".join("WHEN u.d_{} = %s THEN %s".format(dimension) for _ in shown)
+    cases = " ".join(f"WHEN u.d_{dimension} = %s THEN %s" for _ in shown)
     picked = [arg for i, usage in enumerate(shown) for arg in (usage.value, i)]
     pick = f"CASE {cases} ELSE -1 END" if shown else "-1"
     sql = f"""
@@ -382,7 +386,11 @@ def histogram(filters: SpendFilters, measure: str, *, limit: int = PERCENTILE_SA
     bins = []
     lower = 0
     for i, edge in enumerate((*BIN_EDGES_MS, None)):
-        label = f"{_ms_label(lower)}–{_ms_label(edge)}" if edge else f"≥ {_ms_label(lower)}"
+        label = (
+            f"{_ms_label(lower)}\N{EN DASH}{_ms_label(edge)}"
+            if edge
+            else f"\N{GREATER-THAN OR EQUAL TO} {_ms_label(lower)}"
+        )
         bins.append(Bin(label=label, upper_ms=edge, runs=counts.get(i, 0)))
         lower = edge or lower
     return bins

@@ -4,15 +4,22 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('accounts', '0003_finish_chunk_delta'),
-        ('telemetry', '0011_budget_holds_batch'),
+        ("accounts", "0003_finish_chunk_delta"),
+        ("telemetry", "0011_budget_holds_batch"),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='run',
-            index=models.Index(condition=models.Q(('status__in', ['failed', 'refused', 'interrupted']), ('http_status__gte', 400), _connector='OR'), fields=['-accepted_at'], name='run_error_accepted'),
+            model_name="run",
+            index=models.Index(
+                condition=models.Q(
+                    ("status__in", ["failed", "refused", "interrupted"]),
+                    ("http_status__gte", 400),
+                    _connector="OR",
+                ),
+                fields=["-accepted_at"],
+                name="run_error_accepted",
+            ),
         ),
     ]

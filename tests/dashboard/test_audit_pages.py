@@ -84,13 +84,13 @@ def test_page_two_holds_the_rest_of_the_rows(staff: Client, organizations: tuple
     expected = [f"user-{i:03d}" for i in range(USERS, 0, -1)]
     assert first == expected[:PAGE_SIZE]
     assert second == expected[PAGE_SIZE:]
-    assert f"Rows {PAGE_SIZE + 1}–{USERS} of {USERS}" in second_html
+    assert f"Rows {PAGE_SIZE + 1}\N{EN DASH}{USERS} of {USERS}" in second_html
     assert 'rel="prev"' in second_html and 'rel="next"' not in second_html
     # A page past the last is the last; a page that is no number is the first, never a 500.
     assert ROW.findall(audit(staff, **params, page=9)) == second
     assert ROW.findall(audit(staff, **params, page="x")) == first
     # The totals are of every row, not the page's.
-    assert f"<th class=\"num\">{USERS * 2:,}</th>" in second_html
+    assert f'<th class="num">{USERS * 2:,}</th>' in second_html
 
     exported = staff.get(
         "/dashboard/audit/",

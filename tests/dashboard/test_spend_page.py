@@ -108,7 +108,8 @@ def test_operator_reads_spend_by_end_user_key_and_model_with_charts_and_csv(
     lines = page.evaluate(
         """() => {
             const u = window.spendCharts.end_user;
-            return u.series.slice(1).map((s, i) => [s.label, u.data[i + 1].reduce((a, b) => a + b, 0)]);
+            const sum = (values) => values.reduce((a, b) => a + b, 0);
+            return u.series.slice(1).map((s, i) => [s.label, sum(u.data[i + 1])]);
         }"""
     )
     # The refused request is refused before its end user is read: it has none.

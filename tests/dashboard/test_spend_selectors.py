@@ -53,7 +53,10 @@ def make_run(organization: Organization, **fields: object) -> Run:
     }
     defaults.update(fields)
     return Run.objects.create(
-        id=f"chatcmpl-{next(_ids):024x}", organization=organization, accepted_at=accepted, **defaults
+        id=f"chatcmpl-{next(_ids):024x}",
+        organization=organization,
+        accepted_at=accepted,
+        **defaults,
     )
 
 
@@ -210,10 +213,12 @@ def test_histograms_count_completed_runs_per_bin(world: dict) -> None:
     filters = acme_filters(world)
     latency = histogram(filters, "latency")
     assert len(latency) == len(BIN_EDGES_MS) + 1
-    counts = {b.label: b.runs for b in latency if b.runs}
+    counts = {b.upper_ms: b.runs for b in latency if b.runs}
     # 500, 1500, 40 ms in hour 10, and 12 s in hour 12.
-    assert counts == {"0 ms–50 ms": 1, "500 ms–1 s": 1, "1 s–2 s": 1, "10 s–30 s": 1}
-    ttft = {b.label: b.runs for b in histogram(filters, "ttft") if b.runs}
+    assert counts == {50: 1, 1_000: 1, 2_000: 1, 30_000: 1}  # by the bins' upper bounds
+    assert [b.label for b in latency[:2]] == ["0 ms\N{EN DASH}50 ms", "50 ms\N{EN DASH}100 ms"]
+    assert latency[-1].label == "\N{GREATER-THAN OR EQUAL TO} 60 s"
+    ttft = {b.upper_ms: b.runs for b in histogram(filters, "ttft") if b.runs}
     # A tenth of each: 4, 50 (a bin's lower edge is in it), 150 ms and 1.2 s.
-    assert ttft == {"0 ms–50 ms": 1, "50 ms–100 ms": 1, "100 ms–200 ms": 1, "1 s–2 s": 1}
+    assert ttft == {50: 1, 100: 1, 200: 1, 2_000: 1}
     assert sum(b.runs for b in histogram(filters, "latency", limit=2)) == 2
