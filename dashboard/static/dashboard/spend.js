@@ -30,7 +30,12 @@
   }
 
   function histogramChart(element, chart) {
-    const bins = chart.bins;
+    // The axis names each bin by its upper bound ("< 50 ms"), the last by its lower one: the
+    // whole ranges ("50 ms–100 ms") do not fit under eleven bars.
+    const bins = chart.bins.map((label) => {
+      const parts = label.split("\u2013");
+      return parts.length === 2 ? "< " + parts[1] : label;
+    });
     const options = {
       width: element.clientWidth || 480,
       height: 220,
@@ -46,7 +51,7 @@
         },
       ],
       axes: [
-        { values: (u, splits) => splits.map((i) => bins[i] || ""), incrs: [1], size: 40 },
+        { values: (u, splits) => splits.map((i) => bins[i] || ""), incrs: [1], size: 50, rotate: -35 },
         { size: 60 },
       ],
       legend: { live: false },
