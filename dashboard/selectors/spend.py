@@ -42,6 +42,7 @@ from django.db.models import (
     When,
 )
 from django.db.models.functions import Coalesce, TruncDay, TruncHour
+from django.db.models.lookups import Exact
 from django.utils import timezone
 
 from dashboard.selectors.catalog import key_labels, organization_names
@@ -160,23 +161,30 @@ def _sources(
     return rollups, runs
 
 
+# Columns to group by: a name, and its expression over the rollups and over the runs.
+Columns = dict[str, tuple[Expression | F, Expression | F]]
+
+
+def _by(dimension: str) -> Columns:
+    return {f"d_{dimension}": (ROLLUP_COLUMN[dimension], RUN_COLUMN[dimension])}
+
+
 def _grouped_sql(
-    filters: SpendFilters, dimensions: Sequence[str], *, by_bucket: bool, now: datetime
+    filters: SpendFilters, columns: Columns, *, by_bucket: bool, now: datetime
 ) -> tuple[str, list[Any]]:
     """Both sources grouped alike (the same columns in the same order), as one `UNION ALL`."""
     rollups, runs = _sources(filters, now=now)
     saving = _savings_per_token()
     trunc = TruncDay if filters.bucket == "day" else TruncHour
-    # No dimension (the totals): one constant key, so `values()` does not mean every field.
-    columns: dict[str, Expression | F] = {f"d_{d}": ROLLUP_COLUMN[d] for d in dimensions}
-    columns = columns or {"d_all": Value(0)}
+    # No column (the totals): one constant key, so `values()` does not mean every field.
+    columns = columns or {"d_all": (Value(0), Value(0))}
     keys = list(columns)
     from_rollups = rollups.annotate(
-        **columns,
+        **{name: pair[0] for name, pair in columns.items()},
         **({"bucket": trunc("hour", tzinfo=UTC)} if by_bucket else {}),
     )
     from_runs = runs.annotate(
-        **({f"d_{d}": RUN_COLUMN[d] for d in dimensions} or {"d_all": Value(0)}),
+        **{name: pair[1] for name, pair in columns.items()},
         **({"bucket": trunc("accepted_at", tzinfo=UTC)} if by_bucket else {}),
     )
     if by_bucket:
@@ -236,7 +244,7 @@ def _decimal(value: Any) -> Decimal:
 
 def spend_totals(filters: SpendFilters, *, now: datetime | None = None) -> Usage:
     """The range's sums: requests, errors, tokens, cost and cache savings."""
-    union, params = _grouped_sql(filters, [], by_bucket=False, now=now or timezone.now())
+    union, params = _grouped_sql(filters, {}, by_bucket=False, now=now or timezone.now())
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT {OUTER_SUMS} FROM ({union}) AS u", params)
         return _usage_of(cursor.fetchone())
@@ -253,7 +261,9 @@ def usage_by(
     """The range's sums per value of `dimension`, the largest `sort` first (ties by value)."""
     if dimension not in DIMENSIONS or sort not in ("cost", "errors", "requests"):
         raise ValueError(f"no breakdown {dimension!r} by {sort!r}")
-    union, params = _grouped_sql(filters, [dimension], by_bucket=False, now=now or timezone.now())
+    union, params = _grouped_sql(
+        filters, _by(dimension), by_bucket=False, now=now or timezone.now()
+    )
     order = {"requests": 2, "errors": 3, "cost": 7}[sort]  # positions in the SELECT
     sql = f"""
         SELECT u.d_{dimension}, {OUTER_SUMS} FROM ({union}) AS u
@@ -293,18 +303,23 @@ def spend_chart(
 ) -> Chart:
     """Cost per bucket of each of `top` (values of `dimension`), and of everything else."""
     now = now or timezone.now()
-    union, params = _grouped_sql(filters, [dimension], by_bucket=True, now=now)
     shown = top[:CHART_SERIES]
-    # Per bucket: the total, and the cost of each value shown (only those come back).
-    cases = " ".join(f"WHEN u.d_{dimension} = %s THEN %s" for _ in shown)
-    picked = [arg for i, usage in enumerate(shown) for arg in (usage.value, i)]
-    pick = f"CASE {cases} ELSE -1 END" if shown else "-1"
-    sql = f"""
-        SELECT u.bucket, {pick} AS shown, COALESCE(SUM(u.s_cost), 0)
-        FROM ({union}) AS u GROUP BY 1, 2
-    """
+    # Each row's line (its value's place among those shown, -1 for the rest) is worked out in
+    # the grouped queries themselves, so they return lines x buckets rows, not one per value.
+    pick: Columns = {
+        "d_line": tuple(  # type: ignore[dict-item]
+            Case(
+                *(When(Exact(column, Value(u.value)), then=Value(i)) for i, u in enumerate(shown)),
+                default=Value(-1),
+                output_field=IntegerField(),
+            )
+            for column in (ROLLUP_COLUMN[dimension], RUN_COLUMN[dimension])
+        )
+    }
+    union, params = _grouped_sql(filters, pick, by_bucket=True, now=now)
+    sql = f"SELECT u.bucket, u.d_line, COALESCE(SUM(u.s_cost), 0) FROM ({union}) AS u GROUP BY 1, 2"
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*picked, *params])
+        cursor.execute(sql, params)
         rows = cursor.fetchall()
     buckets = _buckets(filters)
     index = {moment: i for i, moment in enumerate(buckets)}
@@ -364,7 +379,6 @@ def histogram(filters: SpendFilters, measure: str, *, limit: int = PERCENTILE_SA
     )
     if filters.organization_id is not None:
         sample = sample.filter(organization_id=filters.organization_id)
-    latest = sample.order_by("-accepted_at").values("pk")[:limit]
     duration = ExpressionWrapper(F(end) - F("accepted_at"), output_field=DurationField())
     which = Case(
         *(
@@ -374,15 +388,15 @@ def histogram(filters: SpendFilters, measure: str, *, limit: int = PERCENTILE_SA
         default=Value(len(BIN_EDGES_MS)),
         output_field=IntegerField(),
     )
-    counts = dict(
-        Run.objects.filter(pk__in=latest)
-        .annotate(duration=duration)
-        .annotate(bin=which)
-        .values("bin")
-        .annotate(runs=Count("pk"))
-        .order_by()
-        .values_list("bin", "runs")
+    # Each run's bin in the sample's own query (an index scan, newest first, cut at `limit`),
+    # counted around it: `pk IN (sample)` made Postgres join the sample back to the table.
+    latest = (
+        sample.annotate(duration=duration, bin=which).order_by("-accepted_at").values("bin")[:limit]
     )
+    inner, params = latest.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT s.bin, COUNT(*) FROM ({inner}) AS s GROUP BY s.bin", params)
+        counts = dict(cursor.fetchall())
     bins = []
     lower = 0
     for i, edge in enumerate((*BIN_EDGES_MS, None)):
