@@ -19,8 +19,8 @@ from dashboard.selectors.spend import (
     SpendFilters,
     errors_by_code,
     histogram,
-    spend_breakdowns,
     spend_chart,
+    spend_totals,
     usage_by,
 )
 from dashboard.views import staff_required
@@ -53,8 +53,7 @@ def spend(request: HttpRequest) -> HttpResponse:
     filters = form.filters(now=now)
     if request.GET.get("format") == "csv" and form.csv_table():
         return _csv(filters, form.csv_table(), now=now)
-    found = spend_breakdowns(filters, now=now)
-    breakdowns = found.by
+    breakdowns = {d: usage_by(filters, d, now=now) for d, _ in CHARTED}
     charts = {d: spend_chart(filters, d, breakdowns[d], now=now).as_json() for d, _ in CHARTED}
     latency, ttft = histogram(filters, "latency"), histogram(filters, "ttft")
     charts["latency"] = {"bins": [b.label for b in latency], "runs": [b.runs for b in latency]}
@@ -68,9 +67,9 @@ def spend(request: HttpRequest) -> HttpResponse:
         {
             "form": form,
             "filters": filters,
-            "totals": found.totals,
+            "totals": spend_totals(filters, now=now),
             "breakdowns": [(d, label, breakdowns[d]) for d, label in CHARTED],
-            "deployments": breakdowns["deployment"],
+            "deployments": usage_by(filters, "deployment", sort="errors", now=now),
             "error_codes": errors_by_code(filters),
             "latency": latency,
             "ttft": ttft,

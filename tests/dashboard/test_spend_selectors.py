@@ -19,7 +19,6 @@ from dashboard.selectors.spend import (
     SpendFilters,
     errors_by_code,
     histogram,
-    spend_breakdowns,
     spend_chart,
     spend_totals,
     usage_by,
@@ -223,21 +222,3 @@ def test_histograms_count_completed_runs_per_bin(world: dict) -> None:
     # A tenth of each: 4, 50 (a bin's lower edge is in it), 150 ms and 1.2 s.
     assert ttft == {50: 1, 100: 1, 200: 1, 2_000: 1}
     assert sum(b.runs for b in histogram(filters, "latency", limit=2)) == 2
-
-
-@pytest.mark.parametrize("organization", [True, False])
-def test_all_breakdowns_at_once_are_the_breakdowns_one_by_one(
-    world: dict, organization: bool
-) -> None:
-    filters = acme_filters(world, **({} if organization else {"organization_id": None}))
-    together = spend_breakdowns(filters, limit=1, now=NOW)
-    assert together.totals == spend_totals(filters, now=NOW)
-    for dimension in ("organization", "key", "end_user", "model"):
-        assert together.by[dimension] == usage_by(filters, dimension, limit=1, now=NOW)
-    assert together.by["deployment"] == usage_by(
-        filters, "deployment", limit=1, sort="errors", now=NOW
-    )
-    everything = spend_breakdowns(filters, now=NOW)
-    assert [u.label for u in everything.by["end_user"]] == (
-        ["ann", "ben"] if organization else ["cid", "ann", "ben"]
-    )
