@@ -357,10 +357,10 @@ def _moment(value: datetime | str) -> datetime:
 
 
 def errors_by_code(filters: SpendFilters) -> list[ErrorCount]:
-    """Error runs of the range per error code, the most frequent first."""
-    runs = Run.objects.filter(
-        IS_ERROR, accepted_at__gte=filters.since, accepted_at__lt=filters.until
-    )
+    """Error runs of the range per error code, the most frequent first (from the start of its
+    first hour, as the sums count)."""
+    start = filters.since.replace(minute=0, second=0, microsecond=0)
+    runs = Run.objects.filter(IS_ERROR, accepted_at__gte=start, accepted_at__lt=filters.until)
     if filters.organization_id is not None:
         runs = runs.filter(organization_id=filters.organization_id)
     rows = runs.values("error_code").annotate(errors=Count("pk")).order_by("-errors", "error_code")
