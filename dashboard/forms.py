@@ -8,10 +8,11 @@ from django import forms
 from django.http import QueryDict
 from django.utils import timezone
 
-from dashboard.selectors.audit import AUDIT_DIMENSIONS, AUDIT_SORTS, AuditQuery
+from dashboard.selectors.audit import AUDIT_DIMENSIONS, AUDIT_SORTS, DEFAULT_GROUP, AuditQuery
 from dashboard.selectors.overview import OverviewFilters
 from dashboard.selectors.runs import Cursor, RunFilters
 from dashboard.selectors.sessions import SESSION_SORTS, SessionQuery
+from dashboard.selectors.spend import SpendFilters
 from telemetry.models import Run
 
 RANGES = {
@@ -170,10 +171,17 @@ class AuditForm(OrganizationChoiceMixin):
         widget=forms.CheckboxSelectMultiple,
     )
     sort = forms.ChoiceField(choices=[(s, s) for s in AUDIT_SORTS], required=False)
+    # Text, not a number field: a page that is no number (an edited URL) is the first page,
+    # rather than a form error that would drop the other filters.
+    page = forms.CharField(required=False, max_length=9, widget=forms.HiddenInput)
 
     def __init__(self, data: QueryDict, *, organizations: list[tuple[int, str]]) -> None:
         super().__init__(data)
         self.set_organization_choices(organizations)
+
+    def page_number(self) -> int:
+        page = (self.cleaned_data.get("page") or "") if self.is_valid() else ""
+        return int(page) if page.isascii() and page.isdigit() else 1
 
     def query(self, *, today: date) -> AuditQuery:
         data = self.cleaned_data if self.is_valid() else {}
@@ -183,8 +191,43 @@ class AuditForm(OrganizationChoiceMixin):
             since=since,
             until=until,
             organization_id=data.get("organization"),
-            group=tuple(
-                d for d in AUDIT_DIMENSIONS if d in (data.get("group") or AUDIT_DIMENSIONS)
-            ),
+            group=tuple(d for d in AUDIT_DIMENSIONS if d in (data.get("group") or DEFAULT_GROUP)),
             sort=data.get("sort") or "-cost",
         )
+
+
+# The Spend page's CSV downloads: one per table on the page.
+SPEND_TABLES = [
+    "organization",
+    "key",
+    "end_user",
+    "model",
+    "deployment",
+    "errors",
+    "latency",
+    "ttft",
+]
+
+
+class SpendForm(OrganizationChoiceMixin):
+    range = forms.ChoiceField(choices=RANGE_CHOICES, required=False)
+    organization = forms.TypedChoiceField(coerce=int, required=False, empty_value=None)
+    table = forms.ChoiceField(choices=_blank([(t, t) for t in SPEND_TABLES]), required=False)
+
+    def __init__(self, data: QueryDict, *, organizations: list[tuple[int, str]]) -> None:
+        super().__init__(_with_default_range(data))
+        self.set_organization_choices(organizations)
+
+    def filters(self, *, now: datetime) -> SpendFilters:
+        data = self.cleaned_data if self.is_valid() else {}
+        span = RANGES[data.get("range") or DEFAULT_RANGE]
+        return SpendFilters(
+            since=now - span,
+            until=now,
+            organization_id=data.get("organization"),
+            # A day's step beyond a day: 30 days of hours is 720 points a line.
+            bucket="day" if span > timedelta(days=1) else "hour",
+        )
+
+    def csv_table(self) -> str:
+        return (self.cleaned_data.get("table") or "") if self.is_valid() else ""

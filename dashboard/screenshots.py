@@ -181,6 +181,9 @@ def photograph(base: str, secret: str, out: Path, run_id: str) -> list[Path]:
         shot("08-audit")
         page.goto(f"{base}/dashboard/budgets/")
         shot("09-budgets")
+        page.goto(f"{base}/dashboard/spend/")
+        page.wait_for_selector("#spend-charts .chart canvas")
+        shot("11-spend")
         page.goto(f"{base}/admin/accounts/apikey/add/")
         page.select_option("select[name=organization]", label="acme")
         page.fill("input[name=name]", "reporting")
@@ -196,10 +199,10 @@ def photograph(base: str, secret: str, out: Path, run_id: str) -> list[Path]:
         page.fill(
             "textarea[name=request]", orjson.dumps(request, option=orjson.OPT_INDENT_2).decode()
         )
-        shot("11-rerun")
+        shot("12-rerun")
         page.click("#rerun-send")
         page.wait_for_url("**/compare/**")
-        shot("12-compare")
+        shot("13-compare")
 
         page.goto(f"{base}/dashboard/playground/")
         key = page.locator("select[name=key] option", has_text="screenshots").first
@@ -210,7 +213,7 @@ def photograph(base: str, secret: str, out: Path, run_id: str) -> list[Path]:
         page.fill("input[name=max_tokens]", "40")
         page.click("#playground-send")
         page.wait_for_selector("#playground-state[data-state=done]", timeout=60_000)
-        shot("13-playground")
+        shot("14-playground")
         browser.close()
     return shots
 

@@ -12,6 +12,7 @@ from dashboard.views import (
     rerun,
     runs,
     sessions,
+    spend,
 )
 
 
@@ -57,6 +58,7 @@ urlpatterns = [
     path("playground/", playground.playground, name="playground"),
     path("playground/send", playground.playground_send, name="playground-send"),
     path("sessions/", sessions.sessions, name="sessions"),
+    path("spend/", spend.spend, name="spend"),
     path("audit/", audit.audit, name="audit"),
     path("budgets/", budgets.budgets, name="budgets"),
     path("assets/<path:path>", assets.asset, name="asset"),

@@ -104,6 +104,16 @@ class Run(models.Model):
                 fields=["organization", "model", "-accepted_at", "-id"],
                 name="run_org_model_accepted",
             ),
+            # The Spend page's errors by code: only the runs that are errors (the rollups'
+            # definition, `telemetry.services.rollups.IS_ERROR`), so a month of them is read
+            # without the month's runs. Status already has an index: this adds no write to a
+            # run that is not an error.
+            models.Index(
+                fields=["-accepted_at"],
+                name="run_error_accepted",
+                condition=models.Q(status__in=["failed", "refused", "interrupted"])
+                | models.Q(http_status__gte=400),
+            ),
         ]
 
     def __str__(self) -> str:

@@ -1,5 +1,6 @@
 """The cost and cache audit: the hourly rollups summed by organization, key, end user, model
-and day (any subset), sortable, the same rows on the page and in the CSV export.
+and day (any subset; by organization unless the operator chooses), sortable, paged on the page
+(`PAGE_SIZE` rows), every row in the CSV export.
 
 Days are UTC days of the runs' acceptance, and only finished runs are in the rollups (see
 `telemetry/services/rollups.py`): a run still streaming is counted once it ends and its hour
@@ -31,7 +32,8 @@ AUDIT_MEASURES = (
 AUDIT_SORTS = tuple(
     f"{sign}{name}" for name in (*AUDIT_DIMENSIONS, *AUDIT_MEASURES) for sign in ("-", "")
 )
-PAGE_LIMIT = 500
+PAGE_SIZE = 50
+DEFAULT_GROUP = ("organization",)
 # Each dimension's value columns in the grouped query.
 GROUP_COLUMNS = {
     "organization": ("organization_id", "organization__name"),
@@ -55,8 +57,25 @@ class AuditQuery:
     since: date
     until: date  # inclusive
     organization_id: int | None = None
-    group: tuple[str, ...] = AUDIT_DIMENSIONS
+    group: tuple[str, ...] = DEFAULT_GROUP
     sort: str = "-cost"
+
+
+@dataclass(frozen=True)
+class AuditPage:
+    rows: list[dict[str, Any]]
+    number: int  # from 1
+    pages: int
+    total_rows: int
+
+    @property
+    def first(self) -> int:
+        """The position of the page's first row, from 1 (0 on an empty page)."""
+        return (self.number - 1) * PAGE_SIZE + 1 if self.rows else 0
+
+    @property
+    def last(self) -> int:
+        return self.first + len(self.rows) - 1 if self.rows else 0
 
 
 SUMS = {
@@ -102,15 +121,27 @@ def _rows(query: AuditQuery) -> QuerySet[UsageRollup, Any]:
     return ordered
 
 
-def audit_rows(query: AuditQuery, *, limit: int | None = PAGE_LIMIT) -> list[dict[str, Any]]:
-    """The grouped rows, sorted, with each key's label; at most `limit` of them."""
+def audit_rows(
+    query: AuditQuery, *, limit: int | None = None, offset: int = 0
+) -> list[dict[str, Any]]:
+    """The grouped rows, sorted, with each key's label; `limit` of them from `offset`."""
     rows = _rows(query)
-    found = list(rows if limit is None else rows[:limit])
+    found = list(rows[offset:] if limit is None else rows[offset : offset + limit])
     if "key" in query.group:
         labels = key_labels({row["api_key_id"] for row in found})
         for row in found:
             row["key_label"] = labels.get(row["api_key_id"], "(no key)")
     return found
+
+
+def audit_page(query: AuditQuery, *, number: int) -> AuditPage:
+    """Page `number` (from 1) of the rows; a page past the last is the last. The rows are
+    groups of the rollups of at most a few days, so counting them is a small query."""
+    total = _rows(query).count()
+    pages = max(1, -(-total // PAGE_SIZE))
+    number = min(max(number, 1), pages)
+    rows = audit_rows(query, limit=PAGE_SIZE, offset=(number - 1) * PAGE_SIZE)
+    return AuditPage(rows=rows, number=number, pages=pages, total_rows=total)
 
 
 def audit_totals(query: AuditQuery) -> dict[str, Any]:
@@ -123,7 +154,7 @@ def audit_totals(query: AuditQuery) -> dict[str, Any]:
 def audit_csv_rows(query: AuditQuery) -> Iterator[list[Any]]:
     """The header, then every row (no limit), the columns of dimensions not grouped by empty."""
     yield CSV_HEADER
-    for row in audit_rows(query, limit=None):
+    for row in audit_rows(query):
         ratio = row["cache_hit_ratio"]
         yield [
             row.get("organization__name", ""),

@@ -73,3 +73,11 @@ def count(value: int | float | None) -> str:
 @register.filter
 def utc(value: datetime | None) -> str:
     return "—" if value is None else value.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+@register.filter
+def share(part: int | float | None, whole: int | float | None) -> float | None:
+    """`errors|share:total` — the part's fraction of the whole, for `percent`."""
+    if part is None or not whole:
+        return None
+    return float(part) / float(whole)

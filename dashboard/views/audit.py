@@ -13,7 +13,7 @@ from django.views.decorators.http import require_GET
 from dashboard import services
 from dashboard.csv_export import csv_response
 from dashboard.forms import AuditForm
-from dashboard.selectors.audit import AUDIT_DIMENSIONS, audit_csv_rows, audit_rows, audit_totals
+from dashboard.selectors.audit import DEFAULT_GROUP, audit_csv_rows, audit_page, audit_totals
 from dashboard.selectors.catalog import (
     organization_choices,
 )
@@ -34,25 +34,32 @@ AUDIT_MEASURE_LABELS = [
 def audit(request: HttpRequest) -> HttpResponse:
     data = request.GET.copy()
     if "group" not in data:
-        data.setlist("group", list(AUDIT_DIMENSIONS))
+        data.setlist("group", list(DEFAULT_GROUP))
     form = AuditForm(data, organizations=organization_choices())
     services.usage_rollups_refresh_without_beat()
     query = form.query(today=timezone.now().date())
     if request.GET.get("format") == "csv":
         return csv_response(audit_csv_rows(query), f"mortar-audit-{query.since}-{query.until}.csv")
+    # Sorting starts again at page 1; paging keeps the sort.
     params = data.copy()
-    params.pop("sort", None)
-    params.pop("format", None)
+    for name in ("sort", "format", "page"):
+        params.pop(name, None)
+    page_params = data.copy()
+    for name in ("format", "page"):
+        page_params.pop(name, None)
+    page = audit_page(query, number=form.page_number())
     return render(
         request,
         "dashboard/audit.html",
         {
             "form": form,
             "query": query,
-            "rows": audit_rows(query),
+            "page": page,
+            "rows": page.rows,
             "totals": audit_totals(query),
             "params": params.urlencode(),
-            "csv_query": data.urlencode(),
+            "page_params": page_params.urlencode(),
+            "csv_query": page_params.urlencode(),
             "measures": AUDIT_MEASURE_LABELS,
         },
     )

@@ -292,6 +292,9 @@ def test_audit_csv_matches_the_database(
     sign_in(page, mortar_server.base_url, dashboard_users["staff"], next_path="/dashboard/audit/")
     page.wait_for_url("**/dashboard/audit/")
     page.select_option("select[name=organization]", str(organization.pk))
+    expect(page.locator("#audit-form input[name=group]:checked")).to_have_count(1)  # organization
+    for dimension in ("key", "end_user", "model", "day"):
+        page.check(f"#audit-form input[name=group][value={dimension}]")
     page.click("#audit-form button[type=submit]")
     page.wait_for_url(f"**organization={organization.pk}**")
     expect(page.locator("#audit tbody tr")).to_have_count(3)

@@ -123,11 +123,14 @@ PAGES = [
     "/dashboard/runs/{long_run}/",
     "/dashboard/sessions/",
     "/dashboard/audit/",
+    "/dashboard/audit/?group=model&group=day",
     "/dashboard/audit/?group=organization&group=key&group=end_user&group=model",
     "/dashboard/budgets/",
     "/dashboard/runs/{long_run}/rerun",
     "/dashboard/runs/{long_run}/compare/{run}/",
     "/dashboard/playground/",
+    "/dashboard/spend/",
+    "/dashboard/spend/?range=30d&organization={org}",
 ]
 
 
@@ -144,7 +147,7 @@ def test_a_page_fits_1440_px_without_horizontal_scrolling(
     page.goto(f"{mortar_server.base_url}{url}")
     page.wait_for_load_state("load")
     text = page.locator("main").inner_text()
-    if "/runs/" in path or "audit" in path:
+    if "/runs/" in path or "group=model" in path or "spend" in path:
         assert LONG_MODEL in text  # the long name is on the page, not filtered out
     if "sessions" in path or "session=" in path:
         assert long_names.session in text

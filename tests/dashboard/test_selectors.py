@@ -15,7 +15,13 @@ from django.test.utils import CaptureQueriesContext
 
 from accounts.models import Organization
 from accounts.services import key_create
-from dashboard.selectors.audit import AuditQuery, audit_csv_rows, audit_rows, audit_totals
+from dashboard.selectors.audit import (
+    AUDIT_DIMENSIONS,
+    AuditQuery,
+    audit_csv_rows,
+    audit_rows,
+    audit_totals,
+)
 from dashboard.selectors.live import generations_in_flight
 from dashboard.selectors.overview import OverviewFilters, overview, percentile_cont
 from dashboard.selectors.replies import reply_of
@@ -221,7 +227,12 @@ def usage(org: Organization, other_org: Organization) -> dict[str, object]:
 
 
 def test_audit_groups_and_sorts_the_rollups(org: Organization, usage: dict) -> None:
-    query = AuditQuery(since=date(2031, 3, 4), until=date(2031, 3, 5), organization_id=org.pk)
+    query = AuditQuery(
+        since=date(2031, 3, 4),
+        until=date(2031, 3, 5),
+        organization_id=org.pk,
+        group=AUDIT_DIMENSIONS,
+    )
     rows = audit_rows(query)
     assert [(r["end_user"], r["model"], r["day"], r["requests"]) for r in rows] == [
         ("alice", "m-a", date(2031, 3, 4), 2),

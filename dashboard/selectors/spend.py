@@ -1,0 +1,414 @@
+"""Spend and usage: who spends (organization, key, end user, model), over time, what caching
+saved, which errors, and how long runs took.
+
+Sums come from the same two sources as the Overview's (`dashboard/selectors/overview.py`): the
+hourly rollups for the hours before the one of their last refresh, and the runs themselves from
+that hour on (`fresh_since`), so the two pages agree and a run shows the moment it is stored.
+The two grouped queries are put together in SQL (`UNION ALL`, then grouped again), so a
+breakdown by a dimension with many values (end users) is sorted and cut in the database and
+never summed in Python.
+
+Errors by code are counted from the runs (the rollups keep no code), through the
+`run_error_accepted` partial index: only the runs that are errors are in it. The latency and
+TTFT histograms, like the Overview's percentiles, describe the range's latest
+`PERCENTILE_SAMPLE` completed runs.
+
+Cache savings are what cached prompt tokens would have cost at the model's input price, less
+what they cost at its cached-input price, at the catalog's prices today.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.db import connection
+from django.db.models import (
+    BigIntegerField,
+    Case,
+    Count,
+    DecimalField,
+    DurationField,
+    Expression,
+    ExpressionWrapper,
+    F,
+    IntegerField,
+    QuerySet,
+    Sum,
+    Value,
+    When,
+)
+from django.db.models.functions import Coalesce, TruncDay, TruncHour
+from django.db.models.lookups import Exact
+from django.utils import timezone
+
+from dashboard.selectors.catalog import key_labels, organization_names
+from dashboard.selectors.overview import PERCENTILE_SAMPLE, fresh_since
+from gateway.models import CatalogModel
+from telemetry.costs import PER_MILLION
+from telemetry.models import Run, UsageRollup
+from telemetry.services.rollups import IS_ERROR, usage_rollups_watermark
+
+# The breakdowns, and the column each is grouped by in the rollups and in the runs.
+DIMENSIONS = ("organization", "key", "end_user", "model", "deployment")
+ROLLUP_COLUMN: dict[str, Expression | F] = {
+    "organization": F("organization_id"),
+    "key": F("api_key_id"),
+    "end_user": F("end_user"),
+    "model": F("model"),
+    "deployment": F("deployment"),
+}
+RUN_COLUMN: dict[str, Expression | F] = {
+    **ROLLUP_COLUMN,
+    # 0 for a run without a key, as the rollups store it.
+    "key": Coalesce(F("api_key_id"), Value(0), output_field=BigIntegerField()),
+}
+MEASURES = ("requests", "errors", "prompt_tokens", "completion_tokens", "cached_tokens", "cost")
+TOP = 10  # rows of each table on the page (the CSV has them all)
+CHART_SERIES = 5  # lines per chart: the top spenders, then the rest as one
+MONEY = DecimalField(max_digits=30, decimal_places=9)
+# Histogram bins, upper bounds in milliseconds; the last bin is open-ended.
+BIN_EDGES_MS = (50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 30_000, 60_000)
+
+
+@dataclass(frozen=True)
+class SpendFilters:
+    since: datetime
+    until: datetime
+    organization_id: int | None = None
+    bucket: str = "hour"  # or "day": the charts' step
+
+
+@dataclass
+class Usage:
+    """One value of a dimension (or the total): its sums over the range."""
+
+    value: Any = None
+    label: str = ""
+    requests: int = 0
+    errors: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    cost: Decimal = Decimal(0)
+    savings: Decimal = Decimal(0)
+
+    @property
+    def error_ratio(self) -> float | None:
+        return self.errors / self.requests if self.requests else None
+
+    @property
+    def cache_hit_ratio(self) -> float | None:
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else None
+
+
+@dataclass
+class Chart:
+    """Spend per bucket: one series per top value, then "other" (the rest) when there is any."""
+
+    buckets: list[int] = field(default_factory=list)  # Unix seconds
+    series: list[tuple[str, list[float]]] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"x": self.buckets, "series": [[label, v] for label, v in self.series]}
+
+
+@dataclass(frozen=True)
+class ErrorCount:
+    code: str
+    errors: int
+
+
+@dataclass(frozen=True)
+class Bin:
+    label: str
+    upper_ms: int | None  # None: the open-ended last bin
+    runs: int
+
+
+# -- sums from the rollups and the runs --------------------------------------------------------
+
+
+def _savings_per_token() -> Case | Value:
+    """Per cached token, by model: input price less cached-input price (per million)."""
+    prices = CatalogModel.objects.values_list("id", "price_input", "price_cached_input")
+    whens = [
+        When(model=model, then=Value(full - cached))
+        for model, full, cached in prices
+        if full > cached
+    ]
+    if not whens:
+        return Value(Decimal(0), output_field=MONEY)
+    return Case(*whens, default=Value(Decimal(0)), output_field=MONEY)
+
+
+def _sources(
+    filters: SpendFilters, *, now: datetime
+) -> tuple[QuerySet[UsageRollup], QuerySet[Run]]:
+    """The rollups before the fresh hours and the finished runs from them on (whole hours)."""
+    recent = fresh_since(now, usage_rollups_watermark())
+    start = filters.since.replace(minute=0, second=0, microsecond=0)
+    rollups = UsageRollup.objects.filter(hour__gte=start, hour__lt=min(filters.until, recent))
+    runs = Run.objects.filter(
+        accepted_at__gte=max(start, recent), accepted_at__lt=filters.until
+    ).exclude(status=Run.Status.IN_PROGRESS)
+    if filters.organization_id is not None:
+        rollups = rollups.filter(organization_id=filters.organization_id)
+        runs = runs.filter(organization_id=filters.organization_id)
+    return rollups, runs
+
+
+# Columns to group by: a name, and its expression over the rollups and over the runs.
+Columns = dict[str, tuple[Expression | F, Expression | F]]
+
+
+def _by(dimension: str) -> Columns:
+    return {f"d_{dimension}": (ROLLUP_COLUMN[dimension], RUN_COLUMN[dimension])}
+
+
+def _grouped_sql(
+    filters: SpendFilters, columns: Columns, *, by_bucket: bool, now: datetime
+) -> tuple[str, list[Any]]:
+    """Both sources grouped alike (the same columns in the same order), as one `UNION ALL`."""
+    rollups, runs = _sources(filters, now=now)
+    saving = _savings_per_token()
+    trunc = TruncDay if filters.bucket == "day" else TruncHour
+    # No column (the totals): one constant key, so `values()` does not mean every field.
+    columns = columns or {"d_all": (Value(0), Value(0))}
+    keys = list(columns)
+    from_rollups = rollups.annotate(
+        **{name: pair[0] for name, pair in columns.items()},
+        **({"bucket": trunc("hour", tzinfo=UTC)} if by_bucket else {}),
+    )
+    from_runs = runs.annotate(
+        **{name: pair[1] for name, pair in columns.items()},
+        **({"bucket": trunc("accepted_at", tzinfo=UTC)} if by_bucket else {}),
+    )
+    if by_bucket:
+        keys.append("bucket")
+    rollup_sums = from_rollups.values(*keys).annotate(
+        s_requests=Sum("requests"),
+        s_errors=Sum("errors"),
+        s_prompt=Sum("prompt_tokens"),
+        s_completion=Sum("completion_tokens"),
+        s_cached=Sum("cached_tokens"),
+        s_cost=Sum("cost"),
+        s_saved=Sum(ExpressionWrapper(F("cached_tokens") * saving, output_field=MONEY)),
+    )
+    run_sums = from_runs.values(*keys).annotate(
+        s_requests=Count("pk"),
+        s_errors=Count("pk", filter=IS_ERROR),
+        s_prompt=Sum("prompt_tokens"),
+        s_completion=Sum("completion_tokens"),
+        s_cached=Sum("cached_tokens"),
+        s_cost=Sum("cost"),
+        s_saved=Sum(
+            ExpressionWrapper(
+                Coalesce(F("cached_tokens"), Value(0), output_field=IntegerField()) * saving,
+                output_field=MONEY,
+            )
+        ),
+    )
+    sql_a, params_a = rollup_sums.order_by().query.sql_with_params()
+    sql_b, params_b = run_sums.order_by().query.sql_with_params()
+    return f"{sql_a} UNION ALL {sql_b}", [*params_a, *params_b]
+
+
+OUTER_SUMS = """
+    COALESCE(SUM(u.s_requests), 0), COALESCE(SUM(u.s_errors), 0), COALESCE(SUM(u.s_prompt), 0),
+    COALESCE(SUM(u.s_completion), 0), COALESCE(SUM(u.s_cached), 0), COALESCE(SUM(u.s_cost), 0),
+    COALESCE(SUM(u.s_saved), 0)
+"""
+
+
+def _usage_of(values: Sequence[Any]) -> Usage:
+    requests, errors, prompt, completion, cached, cost, saved = values
+    return Usage(
+        requests=int(requests),
+        errors=int(errors),
+        prompt_tokens=int(prompt),
+        completion_tokens=int(completion),
+        cached_tokens=int(cached),
+        # SQLite returns sums of decimals as floats: through str, as the `money` filter does.
+        cost=_decimal(cost),
+        savings=_decimal(saved) / PER_MILLION,
+    )
+
+
+def _decimal(value: Any) -> Decimal:
+    return value if isinstance(value, Decimal) else Decimal(str(value))
+
+
+def spend_totals(filters: SpendFilters, *, now: datetime | None = None) -> Usage:
+    """The range's sums: requests, errors, tokens, cost and cache savings."""
+    union, params = _grouped_sql(filters, {}, by_bucket=False, now=now or timezone.now())
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {OUTER_SUMS} FROM ({union}) AS u", params)
+        return _usage_of(cursor.fetchone())
+
+
+def usage_by(
+    filters: SpendFilters,
+    dimension: str,
+    *,
+    limit: int | None = TOP,
+    sort: str = "cost",
+    now: datetime | None = None,
+) -> list[Usage]:
+    """The range's sums per value of `dimension`, the largest `sort` first (ties by value)."""
+    if dimension not in DIMENSIONS or sort not in ("cost", "errors", "requests"):
+        raise ValueError(f"no breakdown {dimension!r} by {sort!r}")
+    union, params = _grouped_sql(
+        filters, _by(dimension), by_bucket=False, now=now or timezone.now()
+    )
+    order = {"requests": 2, "errors": 3, "cost": 7}[sort]  # positions in the SELECT
+    sql = f"""
+        SELECT u.d_{dimension}, {OUTER_SUMS} FROM ({union}) AS u
+        GROUP BY u.d_{dimension} ORDER BY {order} DESC, 1 ASC
+    """
+    if limit is not None:
+        sql += " LIMIT %s"
+        params.append(limit)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = [(value, _usage_of(sums)) for value, *sums in cursor.fetchall()]
+    labels = _labels(dimension, [value for value, _ in rows])
+    found = []
+    for value, usage in rows:
+        usage.value, usage.label = value, labels(value)
+        found.append(usage)
+    return found
+
+
+def _labels(dimension: str, values: list[Any]) -> Any:
+    """How a value of the dimension reads: names for organizations and keys."""
+    if dimension == "organization":
+        names = organization_names({int(v) for v in values})
+        return lambda v: names.get(int(v), f"#{v}")
+    if dimension == "key":
+        keys = key_labels({int(v) for v in values if v})
+        return lambda v: keys.get(int(v), "(no key)")
+    return lambda v: v or "(none)"
+
+
+def spend_chart(
+    filters: SpendFilters,
+    dimension: str,
+    top: list[Usage],
+    *,
+    now: datetime | None = None,
+) -> Chart:
+    """Cost per bucket of each of `top` (values of `dimension`), and of everything else."""
+    now = now or timezone.now()
+    shown = top[:CHART_SERIES]
+    # Each row's line (its value's place among those shown, -1 for the rest) is worked out in
+    # the grouped queries themselves, so they return lines x buckets rows, not one per value.
+    pick: Columns = {
+        "d_line": tuple(  # type: ignore[dict-item]
+            Case(
+                *(When(Exact(column, Value(u.value)), then=Value(i)) for i, u in enumerate(shown)),
+                default=Value(-1),
+                output_field=IntegerField(),
+            )
+            for column in (ROLLUP_COLUMN[dimension], RUN_COLUMN[dimension])
+        )
+    }
+    union, params = _grouped_sql(filters, pick, by_bucket=True, now=now)
+    sql = f"SELECT u.bucket, u.d_line, COALESCE(SUM(u.s_cost), 0) FROM ({union}) AS u GROUP BY 1, 2"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    buckets = _buckets(filters)
+    index = {moment: i for i, moment in enumerate(buckets)}
+    lines = [[0.0] * len(buckets) for _ in range(len(shown) + 1)]
+    for bucket, which, cost in rows:
+        at = index.get(_moment(bucket))
+        if at is not None:
+            lines[which if which >= 0 else len(shown)][at] += float(cost)
+    series = [(usage.label, lines[i]) for i, usage in enumerate(shown)]
+    if any(lines[-1]):
+        series.append(("other", lines[-1]))
+    return Chart(buckets=[int(moment.timestamp()) for moment in buckets], series=series)
+
+
+def _buckets(filters: SpendFilters) -> list[datetime]:
+    step = timedelta(days=1) if filters.bucket == "day" else timedelta(hours=1)
+    moment = filters.since.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    if filters.bucket == "day":
+        moment = moment.replace(hour=0)
+    found = []
+    while moment < filters.until:
+        found.append(moment)
+        moment += step
+    return found
+
+
+def _moment(value: datetime | str) -> datetime:
+    """A bucket as the database returned it from raw SQL: Postgres a naive UTC timestamp
+    (`date_trunc` of the time `AT TIME ZONE 'UTC'`), SQLite a string."""
+    moment = datetime.fromisoformat(value) if isinstance(value, str) else value
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+# -- from the runs: error codes and the histograms ------------------------------------------
+
+
+def errors_by_code(filters: SpendFilters) -> list[ErrorCount]:
+    """Error runs of the range per error code, the most frequent first (from the start of its
+    first hour, as the sums count)."""
+    start = filters.since.replace(minute=0, second=0, microsecond=0)
+    runs = Run.objects.filter(IS_ERROR, accepted_at__gte=start, accepted_at__lt=filters.until)
+    if filters.organization_id is not None:
+        runs = runs.filter(organization_id=filters.organization_id)
+    rows = runs.values("error_code").annotate(errors=Count("pk")).order_by("-errors", "error_code")
+    return [ErrorCount(row["error_code"] or "(none)", row["errors"]) for row in rows]
+
+
+def histogram(filters: SpendFilters, measure: str, *, limit: int = PERCENTILE_SAMPLE) -> list[Bin]:
+    """How many of the range's latest `limit` completed runs fall in each bin of latency
+    (`latency`: accepted to finished) or time to first token (`ttft`)."""
+    end = {"latency": "finished_at", "ttft": "first_token_at"}[measure]
+    sample = Run.objects.filter(
+        accepted_at__gte=filters.since,
+        accepted_at__lt=filters.until,
+        status=Run.Status.COMPLETED,
+        **{f"{end}__isnull": False},
+    )
+    if filters.organization_id is not None:
+        sample = sample.filter(organization_id=filters.organization_id)
+    duration = ExpressionWrapper(F(end) - F("accepted_at"), output_field=DurationField())
+    which = Case(
+        *(
+            When(duration__lt=timedelta(milliseconds=edge), then=Value(i))
+            for i, edge in enumerate(BIN_EDGES_MS)
+        ),
+        default=Value(len(BIN_EDGES_MS)),
+        output_field=IntegerField(),
+    )
+    # Each run's bin in the sample's own query (an index scan, newest first, cut at `limit`),
+    # counted around it: `pk IN (sample)` made Postgres join the sample back to the table.
+    latest = (
+        sample.annotate(duration=duration, bin=which).order_by("-accepted_at").values("bin")[:limit]
+    )
+    inner, params = latest.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT s.bin, COUNT(*) FROM ({inner}) AS s GROUP BY s.bin", params)
+        counts = dict(cursor.fetchall())
+    bins = []
+    lower = 0
+    for i, edge in enumerate((*BIN_EDGES_MS, None)):
+        label = (
+            f"{_ms_label(lower)}\N{EN DASH}{_ms_label(edge)}"
+            if edge
+            else f"\N{GREATER-THAN OR EQUAL TO} {_ms_label(lower)}"
+        )
+        bins.append(Bin(label=label, upper_ms=edge, runs=counts.get(i, 0)))
+        lower = edge or lower
+    return bins
+
+
+def _ms_label(ms: int) -> str:
+    return f"{ms // 1000} s" if ms >= 1000 else f"{ms} ms"
