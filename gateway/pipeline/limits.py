@@ -45,10 +45,10 @@ class Limited:
                 tightest[unit] = state
         headers: dict[str, str] = {}
         for unit in ("requests", "tokens"):
-            if (state := tightest.get(unit)) is not None:
-                headers[f"x-ratelimit-limit-{unit}"] = str(state.limit)
-                headers[f"x-ratelimit-remaining-{unit}"] = str(state.remaining)
-                headers[f"x-ratelimit-reset-{unit}"] = reset_duration(state.reset_ms)
+            if (least := tightest.get(unit)) is not None:
+                headers[f"x-ratelimit-limit-{unit}"] = str(least.limit)
+                headers[f"x-ratelimit-remaining-{unit}"] = str(least.remaining)
+                headers[f"x-ratelimit-reset-{unit}"] = reset_duration(least.reset_ms)
         return headers
 
     def token_buckets(self, tokens: int) -> list[Bucket]:
