@@ -2,7 +2,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path, register_converter
 
 from core.ids import RUN_ID_PATTERN
-from dashboard.views import assets, audit, budgets, live, overview, runs, sessions
+from dashboard.views import assets, audit, budgets, keys, live, overview, runs, sessions
 
 
 class RunIdConverter:
@@ -41,5 +41,8 @@ urlpatterns = [
     path("sessions/", sessions.sessions, name="sessions"),
     path("audit/", audit.audit, name="audit"),
     path("budgets/", budgets.budgets, name="budgets"),
+    path("keys/", keys.keys, name="keys"),
+    path("keys/<int:key_id>/rename", keys.key_rename_view, name="key-rename"),
+    path("keys/<int:key_id>/revoke", keys.key_revoke_view, name="key-revoke"),
     path("assets/<path:path>", assets.asset, name="asset"),
 ]

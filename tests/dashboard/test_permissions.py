@@ -28,6 +28,7 @@ PAGES = [
     "/dashboard/audit/",
     "/dashboard/audit/?format=csv",
     "/dashboard/budgets/",
+    "/dashboard/keys/",
 ]
 
 
