@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from django.db.models import OuterRef, Subquery, Sum
+from django.db.models import F, OuterRef, Subquery, Sum
 from django.utils import timezone
 
 from accounts.models import ApiKey, KeyChange, SpendLimits
@@ -64,7 +64,7 @@ def key_rows(*, now: datetime | None = None) -> list[KeyRow]:
     keys = list(
         ApiKey.objects.select_related("organization")
         .annotate(last_used=Subquery(newest_run[:1]))
-        .order_by("revoked_at", "organization__name", "-created_at", "-id")
+        .order_by(F("revoked_at").asc(nulls_first=True), "organization__name", "-created_at", "-id")
     )
     ids = [key.pk for key in keys]
     recent = fresh_since(now, usage_rollups_watermark())

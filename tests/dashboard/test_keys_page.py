@@ -10,13 +10,12 @@ from decimal import Decimal
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
-from django.utils import timezone
 
 from accounts.auth import key_digest
 from accounts.models import ApiKey, KeyChange, Organization
 from accounts.services import key_create
 from dashboard.selectors.keys import key_rows
-from telemetry.models import Run
+from telemetry.models import Run, UsageRollup
 
 pytestmark = pytest.mark.django_db
 
@@ -181,13 +180,13 @@ def test_only_staff_may_act(client: Client, organization: Organization, who: str
     assert ApiKey.objects.count() == 1
 
 
-def test_last_used_and_spend_come_from_the_runs(organization: Organization) -> None:
+def test_last_used_and_spend_come_from_runs_and_rollups(organization: Organization) -> None:
     used = key_create(organization=organization, name="used").key
     idle = key_create(organization=organization, name="idle").key
-    now = timezone.now()
+    now = datetime(2030, 5, 15, 12, 30, tzinfo=UTC)
     latest = now - timedelta(minutes=3)
     for n, (accepted, cost) in enumerate(
-        [(now - timedelta(minutes=30), "0.25"), (latest, "0.5"), (now - timedelta(days=40), "2")]
+        [(now - timedelta(minutes=30), "0.25"), (latest, "0.5"), (now - timedelta(days=40), "9")]
     ):
         Run.objects.create(
             id=f"chatcmpl-{n:024x}",
@@ -197,24 +196,22 @@ def test_last_used_and_spend_come_from_the_runs(organization: Organization) -> N
             accepted_at=accepted,
             cost=Decimal(cost),
         )
+    # Older hours are read from their rollups (the run of 40 days ago has none, so it is not
+    # counted: runs are summed only from the hour before the current one, as on the Overview).
+    for hour, cost in (
+        (datetime(2030, 5, 2, 10, tzinfo=UTC), "1.5"),
+        (datetime(2030, 3, 1, tzinfo=UTC), "4"),
+    ):
+        UsageRollup.objects.create(
+            hour=hour, organization=organization, api_key_id=used.pk, requests=1, cost=Decimal(cost)
+        )
     rows = {row.key.pk: row for row in key_rows(now=now)}
     assert rows[used.pk].last_used == latest
     assert rows[idle.pk].last_used is None
-    # The run 40 days ago is in no rollup here (nothing refreshed them): only the recent hours
-    # are summed from runs, as on the Overview.
-    assert rows[used.pk].spent_total >= Decimal("0.75")
-    assert rows[used.pk].period == "month" and rows[used.pk].period_label == "this month"
-    month_start = now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-    expected = sum(
-        (
-            Decimal(c)
-            for a, c in [(now - timedelta(minutes=30), "0.25"), (latest, "0.5")]
-            if a >= month_start
-        ),
-        Decimal(0),
-    )
-    assert rows[used.pk].spent_period == expected
-    assert rows[idle.pk].spent_total == Decimal(0)
+    assert (rows[used.pk].period, rows[used.pk].period_label) == ("month", "this month")
+    assert rows[used.pk].spent_period == Decimal("2.25")  # May: 0.25 + 0.5 + 1.5
+    assert rows[used.pk].spent_total == Decimal("6.25")
+    assert (rows[idle.pk].spent_period, rows[idle.pk].spent_total) == (Decimal(0), Decimal(0))
 
 
 def test_the_admin_s_changes_to_a_key_are_audited_too(organization: Organization) -> None:

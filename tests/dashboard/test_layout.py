@@ -125,6 +125,7 @@ PAGES = [
     "/dashboard/audit/",
     "/dashboard/audit/?group=organization&group=key&group=end_user&group=model",
     "/dashboard/budgets/",
+    "/dashboard/keys/",
 ]
 
 

@@ -249,7 +249,9 @@
       const status = cell(row, "");
       const badge = document.createElement("span");
       badge.className = "status " + r.status;
-      badge.textContent = r.status === "completed" && r.finishReason ? r.finishReason : r.status.replace("_", " ");
+      badge.textContent = r.status.replace("_", " ");
+      // A reply cut short (length, content_filter, tool_calls) says so beside its status.
+      if (r.finishReason && r.finishReason !== "stop") badge.textContent += " · " + r.finishReason;
       status.textContent = "";
       status.appendChild(badge);
       const run = cell(row, r.runId, "mono clip narrow");
@@ -265,7 +267,7 @@
       const total = r.latencyMs === undefined ? "—" : (r.latencyMs / 1000).toFixed(2) + " s";
       cell(row, ttft + " / " + total, "num");
       cell(row, tokens(r.usage), "num");
-      cell(row, r.cost === undefined ? "" : money(r.cost), "num");
+      cell(row, r.cost === undefined ? "" : money(r.cost), "num cost");
       const detail = cell(row, r.detail || "", "clip");
       if (r.status === "in_progress") {
         detail.textContent = "";
