@@ -99,8 +99,8 @@ def test_bad_input_is_a_form_error_and_creates_nothing(
         re.S,
     )
     assert errors and message in errors[1]
-    assert not ApiKey.objects.exists()
-    assert not KeyChange.objects.exists()
+    assert not ApiKey.objects.filter(organization=organization).exists()
+    assert not KeyChange.objects.filter(key__organization=organization).exists()
 
 
 def test_rename_and_revoke_are_audited_with_who_and_what(
@@ -119,7 +119,8 @@ def test_rename_and_revoke_are_audited_with_who_and_what(
         ("revoked", "keys-staff", ""),
     ]
     page = staff_client.get("/dashboard/keys/").content.decode()
-    assert page.count('data-action="renamed"') == 1 and page.count('data-action="revoked"') == 1
+    for action in ("renamed", "revoked"):
+        assert page.count(f'data-action="{action}" data-key-id="{key.pk}"') == 1
 
 
 def test_revoking_twice_is_a_conflict_and_changes_nothing(
@@ -149,7 +150,7 @@ def test_a_name_too_long_is_refused_and_unknown_keys_are_404(
     assert staff_client.post("/dashboard/keys/999999/rename", {"name": "a"}).status_code == 404
     assert staff_client.post("/dashboard/keys/999999/revoke").status_code == 404
     assert staff_client.get(f"/dashboard/keys/{key.pk}/revoke").status_code == 405
-    assert not KeyChange.objects.exists()
+    assert not KeyChange.objects.filter(key__organization=organization).exists()
 
 
 @pytest.mark.parametrize("action", ["rename", "revoke", "create"])
@@ -162,7 +163,10 @@ def test_every_action_needs_the_csrf_token(organization: Organization, action: s
     assert response.status_code == 403
     key.refresh_from_db()
     assert key.name == "guarded" and key.revoked_at is None
-    assert ApiKey.objects.count() == 1 and not KeyChange.objects.exists()
+    assert (
+        ApiKey.objects.filter(organization=organization).count() == 1
+        and not KeyChange.objects.filter(key=key).exists()
+    )
 
 
 @pytest.mark.parametrize("who", ["anonymous", "visitor"])
@@ -177,7 +181,7 @@ def test_only_staff_may_act(client: Client, organization: Organization, who: str
     assert response.status_code == 302
     key.refresh_from_db()
     assert key.name == "guarded" and key.revoked_at is None
-    assert ApiKey.objects.count() == 1
+    assert ApiKey.objects.filter(organization=organization).count() == 1
 
 
 def test_last_used_and_spend_come_from_runs_and_rollups(organization: Organization) -> None:
@@ -238,3 +242,19 @@ def test_the_admin_s_changes_to_a_key_are_audited_too(organization: Organization
         admin,
         "in the admin: budget_usd",
     )
+
+
+def test_active_keys_are_listed_before_revoked_ones(
+    staff_client: Client, organization: Organization
+) -> None:
+    first = key_create(organization=organization, name="first").key
+    key_create(organization=organization, name="second")
+    staff_client.post(f"/dashboard/keys/{first.pk}/revoke")
+    page = staff_client.get("/dashboard/keys/").content.decode()
+    ids = [int(found) for found in re.findall(r'<tr data-key-id="(\d+)"', page)]
+    second = ApiKey.objects.get(organization=organization, name="second")
+    assert ids.index(second.pk) < ids.index(first.pk)
+    # Every revoked key comes after every active one.
+    revoked = set(ApiKey.objects.filter(revoked_at__isnull=False).values_list("pk", flat=True))
+    flags = [pk in revoked for pk in ids]
+    assert flags == sorted(flags)
