@@ -9,6 +9,7 @@ from decimal import Decimal
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from django.test import Client
 
 from accounts.auth import key_digest
@@ -258,3 +259,17 @@ def test_active_keys_are_listed_before_revoked_ones(
     revoked = set(ApiKey.objects.filter(revoked_at__isnull=False).values_list("pk", flat=True))
     flags = [pk in revoked for pk in ids]
     assert flags == sorted(flags)
+
+
+@pytest.mark.postgres
+def test_last_used_is_one_probe_of_the_key_s_index(organization: Organization) -> None:
+    """The newest run of a key is read through `run_key_accepted`, never by scanning runs."""
+    key = key_create(organization=organization, name="indexed").key
+    newest = Run.objects.filter(api_key=key).order_by("-accepted_at").values("accepted_at")[:1]
+    sql, params = newest.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")  # a tiny table would tempt the planner
+        cursor.execute(f"EXPLAIN {sql}", params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "run_key_accepted" in plan, plan
+    assert "Sort" not in plan, plan  # the index gives the order: no sort of the key's runs
