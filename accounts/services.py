@@ -95,12 +95,16 @@ def key_create(
 # `core.lookups.MAX_AGE_SECONDS`. The second announcement, after the commit, closes that gap.)
 
 
-def _audited(key: ApiKey, action: str, actor: User, detail: str) -> None:
+# Who made a change: a staff user, or the command that did (`manage.py createkey`).
+Actor = User | str
+
+
+def _audited(key: ApiKey, action: str, actor: Actor, detail: str) -> None:
     KeyChange.objects.create(
         key=key,
         action=action,
-        actor=actor,
-        actor_name=actor.get_username(),
+        actor=None if isinstance(actor, str) else actor,
+        actor_name=actor if isinstance(actor, str) else actor.get_username(),
         detail=detail,
         at=timezone.now(),
     )
@@ -112,17 +116,18 @@ def key_issue(
     *,
     organization: Organization,
     name: str,
-    actor: User,
+    actor: Actor,
     limits: KeyLimits | None = None,
+    secret: str | None = None,
 ) -> IssuedKey:
-    """Create a key for `actor` (a staff user) and record who did; the secret is returned once."""
-    issued = key_create(organization=organization, name=name.strip(), limits=limits)
+    """Create a key and record who did; the secret is returned once, never stored."""
+    issued = key_create(organization=organization, name=name.strip(), secret=secret, limits=limits)
     _audited(issued.key, KeyChange.Action.CREATED, actor, _limits_text(issued.key))
     return issued
 
 
 @transaction.atomic
-def key_rename(*, key_id: int, name: str, actor: User) -> ApiKey:
+def key_rename(*, key_id: int, name: str, actor: Actor) -> ApiKey:
     """Give the key a new name (its label only: the secret and its limits stay)."""
     key = ApiKey.objects.select_for_update().get(pk=key_id)
     name = name.strip()
@@ -135,7 +140,7 @@ def key_rename(*, key_id: int, name: str, actor: User) -> ApiKey:
 
 
 @transaction.atomic
-def key_revoke_by_id(*, key_id: int, actor: User) -> ApiKey:
+def key_revoke_by_id(*, key_id: int, actor: Actor) -> ApiKey:
     """Revoke the key: its next request fails with 401 `invalid_key` on every worker."""
     key = ApiKey.objects.select_for_update().get(pk=key_id)
     if key.revoked_at is not None:
@@ -170,7 +175,7 @@ def _limits_text(key: ApiKey) -> str:
     return ", ".join(parts) or "no limits of its own"
 
 
-def key_revoke(*, prefix: str) -> ApiKey:
+def key_revoke(*, prefix: str, actor: Actor = "manage.py revokekey") -> ApiKey:
     """Revoke the one active key whose visible prefix starts with `prefix`."""
     matches = list(ApiKey.objects.filter(prefix__startswith=prefix, revoked_at__isnull=True)[:2])
     if not prefix or not matches:
@@ -179,10 +184,7 @@ def key_revoke(*, prefix: str) -> ApiKey:
         raise KeyOperationError(
             f"More than one active key has the prefix {prefix!r}; give more of it."
         )
-    key = matches[0]
-    key.revoked_at = timezone.now()
-    key.save(update_fields=["revoked_at"])
-    return key
+    return key_revoke_by_id(key_id=matches[0].pk, actor=actor)
 
 
 @transaction.atomic

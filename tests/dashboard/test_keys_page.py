@@ -3,12 +3,14 @@ nothing, every action needs staff and its CSRF token, and every change is audite
 
 from __future__ import annotations
 
+import io
 import re
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.management import call_command
 from django.db import connection
 from django.test import Client
 
@@ -273,3 +275,27 @@ def test_last_used_is_one_probe_of_the_key_s_index(organization: Organization) -
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "run_key_accepted" in plan, plan
     assert "Sort" not in plan, plan  # the index gives the order: no sort of the key's runs
+
+
+def test_keys_made_and_revoked_on_the_command_line_are_audited(
+    organization: Organization,
+) -> None:
+    out = io.StringIO()
+    call_command(
+        "createkey",
+        organization.name,
+        "--name",
+        "cli",
+        "--rpm",
+        "30",
+        stdout=out,
+        stderr=io.StringIO(),
+    )
+    key = ApiKey.objects.get(organization=organization)
+    assert key.digest == key_digest(out.getvalue().strip())
+    call_command("revokekey", key.prefix, stdout=io.StringIO())
+    changes = KeyChange.objects.filter(key=key).order_by("at", "id")
+    assert [(c.action, c.actor, c.actor_name, c.detail) for c in changes] == [
+        ("created", None, "manage.py createkey", "30 requests/min"),
+        ("revoked", None, "manage.py revokekey", ""),
+    ]
