@@ -24,12 +24,17 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture(scope="module")
 def spare_organizations(
     django_db_setup: None, django_db_blocker, sees_other_connections: None
-) -> list[Organization]:
+) -> Iterator[list[Organization]]:
     """Organizations without keys, committed for the server (a test's own rows are not: they
     live in its rolled-back transaction)."""
     tag = uuid.uuid4().hex[:8]
     with django_db_blocker.unblock():
-        return [Organization.objects.create(name=f"keys-browser-{tag}-{n}") for n in range(8)]
+        made = [Organization.objects.create(name=f"keys-browser-{tag}-{n}") for n in range(8)]
+    yield list(made)
+    # Their keys, revoked ones included, and runs would stay in the session's database for
+    # the modules after this one (some count every key).
+    with django_db_blocker.unblock():
+        Organization.objects.filter(pk__in=[o.pk for o in made]).delete()
 
 
 @pytest.fixture

@@ -183,6 +183,8 @@
         r.key = event.keyId === null || event.keyId === undefined ? "" : String(event.keyId);
         r.endUser = event.endUser;
         accepted.push(now);
+        offer(filters.key, r.key, keyLabel(r.key));
+        offer(filters.model, r.model, r.model);
         break;
       case "request.routed":
         r.deployment = event.deployment || r.deployment;
@@ -214,6 +216,12 @@
       default:
         break;
     }
+  }
+
+  // A key made, or a model asked for, after the page loaded becomes a choice when it shows up.
+  function offer(select, value, label) {
+    if (!value || [...select.options].some((option) => option.value === value)) return;
+    select.add(new Option(label, value));
   }
 
   function matches(r) {
