@@ -6,11 +6,13 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
+from django.contrib.auth.models import User
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
 from accounts.models import ApiKey, Organization
-from accounts.services import key_create
+from accounts.services import key_change_record, key_issue
 
 if TYPE_CHECKING:
     from django.contrib.admin.options import _FieldGroups
@@ -47,10 +49,15 @@ class ApiKeyAdmin(admin.ModelAdmin[ApiKey]):
         return [] if obj is None else self.readonly_fields
 
     def save_model(self, request: HttpRequest, obj: ApiKey, form: Any, change: bool) -> None:
+        user = request.user
+        assert isinstance(user, User)  # the admin lets only staff in
         if change:
-            super().save_model(request, obj, form, change)
+            # One transaction: the change and its audit entry are saved together or not at all.
+            with transaction.atomic():
+                super().save_model(request, obj, form, change)
+                key_change_record(key=obj, actor=user, changed=list(form.changed_data))
             return
-        issued = key_create(organization=obj.organization, name=obj.name)
+        issued = key_issue(organization=obj.organization, name=obj.name, actor=user)
         obj.pk, obj.prefix, obj.digest = issued.key.pk, issued.key.prefix, issued.key.digest
         obj.created_at = issued.key.created_at
         obj._state.adding = False

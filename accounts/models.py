@@ -6,6 +6,7 @@ The tables keep the names they had when these models lived in the gateway app
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 
 
@@ -85,3 +86,31 @@ class ApiKey(SpendLimits):
     @property
     def is_active(self) -> bool:
         return self.revoked_at is None
+
+
+class KeyChange(models.Model):
+    """One change to an API key made by someone (issue 18): who, when, what. Never the secret.
+
+    The actor's name is copied, so the entry still says who after the account is deleted.
+    """
+
+    class Action(models.TextChoices):
+        CREATED = "created"
+        RENAMED = "renamed"
+        REVOKED = "revoked"
+        CHANGED = "changed"  # its budget or rate limits (the admin)
+
+    key = models.ForeignKey(ApiKey, on_delete=models.CASCADE, related_name="changes")
+    action = models.CharField(max_length=16, choices=Action.choices)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    actor_name = models.CharField(max_length=150)  # who, or the command line's name
+    detail = models.CharField(max_length=500, default="", blank=True)
+    at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.actor_name} {self.action} {self.key_id} at {self.at:%Y-%m-%d %H:%M:%S}"

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
 from accounts.auth import key_digest
-from accounts.models import ApiKey, Organization
+from accounts.models import ApiKey, KeyChange, Organization, SpendLimits
+from core.lookups import announce_change
 
 KEY_PREFIX = "mk-"
 VISIBLE_PREFIX_CHARS = 11
@@ -30,6 +33,16 @@ class IssuedKey:
     secret: str  # shown once, never stored
 
 
+@dataclass(frozen=True)
+class KeyLimits:
+    """A key's budget and rate limits; None is no limit (the organization's still apply)."""
+
+    budget_usd: Decimal | None = None
+    budget_period: str = SpendLimits.BudgetPeriod.MONTH
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+
+
 class OrganizationExists(ValueError):
     pass
 
@@ -45,7 +58,11 @@ def organization_create(*, name: str) -> Organization:
 
 
 def key_create(
-    *, organization: Organization, name: str = "", secret: str | None = None
+    *,
+    organization: Organization,
+    name: str = "",
+    secret: str | None = None,
+    limits: KeyLimits | None = None,
 ) -> IssuedKey:
     if secret is None:
         secret = KEY_PREFIX + secrets.token_hex(24)
@@ -57,16 +74,108 @@ def key_create(
     digest = key_digest(secret)
     if ApiKey.objects.filter(digest=digest).exists():
         raise KeyOperationError("That secret is already in use by another key.")
+    limits = limits or KeyLimits()
     key = ApiKey.objects.create(
         organization=organization,
         name=name,
         prefix=secret[:VISIBLE_PREFIX_CHARS],
         digest=digest,
+        budget_usd=limits.budget_usd,
+        budget_period=limits.budget_period,
+        requests_per_minute=limits.requests_per_minute,
+        tokens_per_minute=limits.tokens_per_minute,
     )
     return IssuedKey(key=key, secret=secret)
 
 
-def key_revoke(*, prefix: str) -> ApiKey:
+# Changes made by someone (the dashboard's Keys page): each is written with its audit entry in
+# one transaction, and every worker is told to drop its cached keys once it has committed.
+# (`post_save` already announces the change, but inside the transaction: a worker reading the
+# key between that announcement and the commit could cache the row as it was, for up to
+# `core.lookups.MAX_AGE_SECONDS`. The second announcement, after the commit, closes that gap.)
+
+
+# Who made a change: a staff user, or the command that did (`manage.py createkey`).
+Actor = User | str
+
+
+def _audited(key: ApiKey, action: str, actor: Actor, detail: str) -> None:
+    KeyChange.objects.create(
+        key=key,
+        action=action,
+        actor=None if isinstance(actor, str) else actor,
+        actor_name=actor if isinstance(actor, str) else actor.get_username(),
+        detail=detail,
+        at=timezone.now(),
+    )
+    transaction.on_commit(lambda: announce_change(ApiKey))
+
+
+@transaction.atomic
+def key_issue(
+    *,
+    organization: Organization,
+    name: str,
+    actor: Actor,
+    limits: KeyLimits | None = None,
+    secret: str | None = None,
+) -> IssuedKey:
+    """Create a key and record who did; the secret is returned once, never stored."""
+    issued = key_create(organization=organization, name=name.strip(), secret=secret, limits=limits)
+    _audited(issued.key, KeyChange.Action.CREATED, actor, _limits_text(issued.key))
+    return issued
+
+
+@transaction.atomic
+def key_rename(*, key_id: int, name: str, actor: Actor) -> ApiKey:
+    """Give the key a new name (its label only: the secret and its limits stay)."""
+    key = ApiKey.objects.select_for_update().get(pk=key_id)
+    name = name.strip()
+    if name == key.name:
+        return key
+    old, key.name = key.name, name
+    key.save(update_fields=["name"])
+    _audited(key, KeyChange.Action.RENAMED, actor, f"{old or '(unnamed)'} → {name or '(unnamed)'}")
+    return key
+
+
+@transaction.atomic
+def key_revoke_by_id(*, key_id: int, actor: Actor) -> ApiKey:
+    """Revoke the key: its next request fails with 401 `invalid_key` on every worker."""
+    key = ApiKey.objects.select_for_update().get(pk=key_id)
+    if key.revoked_at is not None:
+        raise KeyOperationError(f"The key {key.prefix}… was already revoked.")
+    key.revoked_at = timezone.now()
+    key.save(update_fields=["revoked_at"])
+    _audited(key, KeyChange.Action.REVOKED, actor, "")
+    return key
+
+
+@transaction.atomic
+def key_change_record(*, key: ApiKey, actor: User, changed: list[str]) -> None:
+    """Audit a change made to the key elsewhere (the admin's form): which fields, by whom."""
+    if not changed:
+        return
+    action = KeyChange.Action.CHANGED
+    if changed == ["revoked_at"]:
+        action = KeyChange.Action.REVOKED if key.revoked_at else KeyChange.Action.CHANGED
+    elif changed == ["name"]:
+        action = KeyChange.Action.RENAMED
+    _audited(key, action, actor, "in the admin: " + ", ".join(changed))
+
+
+def _limits_text(key: ApiKey) -> str:
+    parts = []
+    if key.budget_usd is not None:
+        parts.append(f"budget ${Decimal(key.budget_usd).normalize():f} per {key.budget_period}")
+    if key.requests_per_minute is not None:
+        parts.append(f"{key.requests_per_minute} requests/min")
+    if key.tokens_per_minute is not None:
+        parts.append(f"{key.tokens_per_minute} tokens/min")
+    return ", ".join(parts) or "no limits of its own"
+
+
+def key_revoke(*, prefix: str, actor: Actor = "manage.py revokekey") -> ApiKey:
     """Revoke the one active key whose visible prefix starts with `prefix`."""
     matches = list(ApiKey.objects.filter(prefix__startswith=prefix, revoked_at__isnull=True)[:2])
     if not prefix or not matches:
@@ -75,10 +184,7 @@ def key_revoke(*, prefix: str) -> ApiKey:
         raise KeyOperationError(
             f"More than one active key has the prefix {prefix!r}; give more of it."
         )
-    key = matches[0]
-    key.revoked_at = timezone.now()
-    key.save(update_fields=["revoked_at"])
-    return key
+    return key_revoke_by_id(key_id=matches[0].pk, actor=actor)
 
 
 @transaction.atomic

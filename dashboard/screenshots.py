@@ -183,13 +183,23 @@ def photograph(base: str, secret: str, out: Path, run_id: str) -> list[Path]:
         shot("09-budgets")
         page.goto(f"{base}/dashboard/spend/")
         page.wait_for_selector("#spend-charts .chart canvas")
-        shot("11-spend")
+        shot("10-spend")
+        page.goto(f"{base}/dashboard/keys/")
+        page.select_option("#key-create select[name=organization]", label="acme")
+        page.fill("#key-create input[name=name]", "reporting")
+        page.fill("#key-create input[name=budget_usd]", "250")
+        page.click("#key-create button[type=submit]")
+        page.wait_for_selector("#new-secret")
+        shot("11-keys-created")
+        page.reload()  # the secret is gone: the list and the audit of changes
+        page.wait_for_selector("#key-changes")
+        shot("12-keys")
         page.goto(f"{base}/admin/accounts/apikey/add/")
         page.select_option("select[name=organization]", label="acme")
-        page.fill("input[name=name]", "reporting")
+        page.fill("input[name=name]", "reporting-admin")
         page.click("input[name=_save]")
         page.wait_for_selector("#key-secret")
-        shot("10-admin-key-created")
+        shot("13-admin-key-created")
 
         # Re-run: the stored request edited (another question), sent again, and compared.
         page.goto(f"{base}/dashboard/runs/{run_id}/rerun")
@@ -199,10 +209,10 @@ def photograph(base: str, secret: str, out: Path, run_id: str) -> list[Path]:
         page.fill(
             "textarea[name=request]", orjson.dumps(request, option=orjson.OPT_INDENT_2).decode()
         )
-        shot("12-rerun")
+        shot("14-rerun")
         page.click("#rerun-send")
         page.wait_for_url("**/compare/**")
-        shot("13-compare")
+        shot("15-compare")
 
         page.goto(f"{base}/dashboard/playground/")
         key = page.locator("select[name=key] option", has_text="screenshots").first
@@ -213,7 +223,7 @@ def photograph(base: str, secret: str, out: Path, run_id: str) -> list[Path]:
         page.fill("input[name=max_tokens]", "40")
         page.click("#playground-send")
         page.wait_for_selector("#playground-state[data-state=done]", timeout=60_000)
-        shot("14-playground")
+        shot("16-playground")
         browser.close()
     return shots
 

@@ -6,6 +6,7 @@ from dashboard.views import (
     assets,
     audit,
     budgets,
+    keys,
     live,
     overview,
     playground,
@@ -61,5 +62,8 @@ urlpatterns = [
     path("spend/", spend.spend, name="spend"),
     path("audit/", audit.audit, name="audit"),
     path("budgets/", budgets.budgets, name="budgets"),
+    path("keys/", keys.keys, name="keys"),
+    path("keys/<int:key_id>/rename", keys.key_rename_view, name="key-rename"),
+    path("keys/<int:key_id>/revoke", keys.key_revoke_view, name="key-revoke"),
     path("assets/<path:path>", assets.asset, name="asset"),
 ]

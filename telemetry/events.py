@@ -14,7 +14,7 @@ for the replies.
 
 The schema (every event): `type`, `runId`, `time` (ISO 8601), `session`, plus per type —
 
-    request.accepted        model, deployment, endUser, stream
+    request.accepted        model, deployment, endUser, stream, keyId
     request.routed          deployment, replica, sessionKept
     optimizer.report        report (the stored optimizer report)
     generation.first_token  ttftMs

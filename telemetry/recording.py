@@ -104,6 +104,9 @@ class RunRecorder:
             deployment=self._fields.get("deployment", ""),
             endUser=self._fields.get("end_user", ""),
             stream=self._fields.get("stream"),
+            # The key's id (never its prefix: that is part of the secret), so the dashboard's
+            # live feed can be narrowed to one key.
+            keyId=self._fields.get("api_key_id"),
         )
 
     def _stored(self, fields: RunFields, *, keep_body: bool = False) -> RunFields:

@@ -16,7 +16,7 @@ EVENT_STREAM_EXAMPLE = (
     "id: 1767225600000-0\nevent: request.accepted\n"
     'data: {"type":"request.accepted","runId":"chatcmpl-9b2f4d6e8a0c4b1d3f5e7a9c",'
     '"time":"2026-01-01T00:00:00.000+00:00","session":"sess_0c2e4a6b8d0f1e3a5c7b9d1f",'
-    '"model":"Qwen/Qwen2.5-7B-Instruct","deployment":"scripted","endUser":"","stream":true}\n\n'
+    '"model":"Qwen/Qwen2.5-7B-Instruct","deployment":"scripted","endUser":"","stream":true,"keyId":7}\n\n'
     ": keep-alive\n\n"
 )
 
@@ -43,6 +43,9 @@ class RequestAccepted(Event):
     deployment: str
     endUser: str
     stream: bool | None
+    keyId: int | None = Field(
+        default=None, description="The id of the API key the request was made with."
+    )
 
 
 class RequestRouted(Event):

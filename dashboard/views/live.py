@@ -1,4 +1,6 @@
-"""Live: generations in flight, and the Stop button."""
+"""Live: what is happening now — rates, generations in flight with their Stop button, and
+one line per request, filterable and pausable. The figures are computed in the browser from the
+telemetry events the page already receives: nothing is added to a request's work."""
 
 from __future__ import annotations
 
@@ -12,9 +14,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard import services
-from dashboard.selectors.catalog import (
-    organization_choices,
-)
+from dashboard.selectors.catalog import key_choices, model_names, organization_choices
 from dashboard.selectors.live import generations_in_flight
 from dashboard.views import staff_required
 
@@ -29,6 +29,8 @@ def live(request: HttpRequest) -> HttpResponse:
         {
             "in_flight": [run.as_json(now=now) for run in generations_in_flight(now=now)],
             "organizations": dict(organization_choices()),
+            "keys": dict(key_choices()),
+            "models": model_names(),
         },
     )
 

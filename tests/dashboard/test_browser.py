@@ -99,7 +99,9 @@ def test_operator_watches_stops_opens_and_replays_a_run(
     expect(row).to_be_visible(timeout=5000)
     expect(row).to_contain_text(tenant.organization.name)
     expect(row).to_contain_text(slow_model)
-    expect(page.locator("#events tr.request-accepted", has_text=run_id)).to_be_visible()
+    expect(
+        page.locator(f'#events tr[data-run-id="{run_id}"][data-status="in_progress"]')
+    ).to_be_visible()
     # Tokens so far grow as the writer stores chunks.
     page.wait_for_function(
         """id => {
@@ -123,7 +125,9 @@ def test_operator_watches_stops_opens_and_replays_a_run(
     stored = wait_for_run(run_id)
     assert stored.status == Run.Status.STOPPED
     expect(row).to_have_count(0, timeout=5000)
-    expect(page.locator("#events tr.generation-stopped", has_text=run_id)).to_be_visible()
+    expect(
+        page.locator(f'#events tr[data-run-id="{run_id}"][data-status="stopped"]')
+    ).to_be_visible()
 
     # Open its page from the event feed.
     page.locator("#events a", has_text=run_id).first.click()

@@ -131,6 +131,7 @@ PAGES = [
     "/dashboard/playground/",
     "/dashboard/spend/",
     "/dashboard/spend/?range=30d&organization={org}",
+    "/dashboard/keys/",
 ]
 
 

@@ -31,6 +31,7 @@ PAGES = [
     "/dashboard/runs/chatcmpl-000000000000000000000001/rerun",
     "/dashboard/runs/chatcmpl-000000000000000000000001/compare/chatcmpl-000000000000000000000001/",
     "/dashboard/playground/",
+    "/dashboard/keys/",
 ]
 
 

@@ -3,7 +3,7 @@ from decimal import Decimal, InvalidOperation
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from accounts.models import Organization, SpendLimits
-from accounts.services import KeyOperationError, key_create
+from accounts.services import KeyLimits, KeyOperationError, key_issue
 
 
 def usd_amount(value: str) -> Decimal:
@@ -58,21 +58,23 @@ class Command(BaseCommand):
             raise CommandError(f"There is no organization named {organization!r}.")
         budget = usd_amount(budget_usd) if budget_usd is not None else None
         rpm, tpm = positive("--rpm", rpm), positive("--tpm", tpm)
+        limits = KeyLimits(
+            budget_usd=budget,
+            budget_period=budget_period,
+            requests_per_minute=rpm,
+            tokens_per_minute=tpm,
+        )
         try:
-            issued = key_create(organization=org, name=name, secret=secret)
+            issued = key_issue(
+                organization=org,
+                name=name,
+                actor="manage.py createkey",
+                limits=limits,
+                secret=secret,
+            )
         except KeyOperationError as exc:
             raise CommandError(str(exc)) from None
         key = issued.key
-        key.budget_usd, key.budget_period = budget, budget_period
-        key.requests_per_minute, key.tokens_per_minute = rpm, tpm
-        key.save(
-            update_fields=[
-                "budget_usd",
-                "budget_period",
-                "requests_per_minute",
-                "tokens_per_minute",
-            ]
-        )
         # The secret alone on stdout, so scripts can capture it; the rest goes to stderr.
         self.stderr.write(f"Created key {key.prefix}… for {org.name!r}; store it now.")
         self.stdout.write(issued.secret)

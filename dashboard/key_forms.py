@@ -1,0 +1,50 @@
+"""The Keys page's forms: a new key (organization, name, optional budget and rate limits), and a
+new name for a key."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django import forms
+
+from accounts.models import ApiKey, Organization, SpendLimits
+from accounts.services import KeyLimits
+
+NAME_MAX = ApiKey._meta.get_field("name").max_length
+
+
+class KeyCreateForm(forms.Form):
+    organization = forms.ModelChoiceField(
+        queryset=Organization.objects.order_by("name"), empty_label="choose…"
+    )
+    name = forms.CharField(max_length=NAME_MAX, required=False, strip=True)
+    # The same bounds as the model's column: 14 digits, to the micro-dollar.
+    budget_usd = forms.DecimalField(
+        label="Budget (USD)",
+        required=False,
+        min_value=Decimal("0.000001"),
+        max_digits=14,
+        decimal_places=6,
+    )
+    budget_period = forms.ChoiceField(
+        choices=SpendLimits.BudgetPeriod.choices, initial=SpendLimits.BudgetPeriod.MONTH
+    )
+    requests_per_minute = forms.IntegerField(
+        label="Requests/min", required=False, min_value=1, max_value=2_147_483_647
+    )
+    tokens_per_minute = forms.IntegerField(
+        label="Tokens/min", required=False, min_value=1, max_value=2_147_483_647
+    )
+
+    def limits(self) -> KeyLimits:
+        data = self.cleaned_data
+        return KeyLimits(
+            budget_usd=data["budget_usd"],
+            budget_period=data["budget_period"],
+            requests_per_minute=data["requests_per_minute"],
+            tokens_per_minute=data["tokens_per_minute"],
+        )
+
+
+class KeyRenameForm(forms.Form):
+    name = forms.CharField(max_length=NAME_MAX, required=False, strip=True)
