@@ -190,7 +190,14 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": f"{REDIS_PREFIX}:asgi"},
+            "CONFIG": {
+                # No read timeout: the layer's receive blocks in Redis (BZPOPMIN, 5 s at a
+                # time), and redis-py 8's default socket timeout (5 s) ended it with a
+                # TimeoutError that killed the dashboard's idle websocket consumers
+                # (django/channels_redis#422).
+                "hosts": [{"address": REDIS_URL, "socket_timeout": None}],
+                "prefix": f"{REDIS_PREFIX}:asgi",
+            },
         }
     }
     CELERY_BROKER_URL = REDIS_URL

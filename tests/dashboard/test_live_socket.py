@@ -98,3 +98,38 @@ def test_others_are_turned_away(mortar_server: ServerProcess, staff_user, who: s
         return None
 
     assert asyncio.run(scenario()) in (4403, 403)
+
+
+@pytest.mark.redis
+def test_a_socket_left_idle_longer_than_a_redis_read_timeout_still_gets_events(
+    mortar_server: ServerProcess, tenant: Tenant, staff_user
+) -> None:
+    # redis-py 8 reads with a 5 s socket timeout by default, and the Redis channel layer's
+    # receive blocks in Redis for 5 s at a time: without `socket_timeout: None` on the layer
+    # an idle page's consumer died every few seconds and missed what came meanwhile.
+    cookie = session_cookie(mortar_server, staff_user)
+
+    async def scenario() -> list[str]:
+        async with connect(
+            ws_url(mortar_server),
+            additional_headers={"Cookie": f"sessionid={cookie}", "Origin": mortar_server.base_url},
+        ) as socket:
+            with pytest.raises(TimeoutError):  # nothing happens for longer than 5 s
+                await asyncio.wait_for(socket.recv(), 8)
+            response = await asyncio.to_thread(
+                httpx.post,
+                f"{mortar_server.base_url}/v1/chat/completions",
+                content=orjson.dumps(
+                    {"messages": [{"role": "user", "content": "hi"}], "stream": False}
+                ),
+                headers={"Authorization": f"Bearer {tenant.secret}"},
+            )
+            run_id = response.headers["X-Mortar-Run-Id"]
+            types = []
+            while "cost" not in types:
+                event = json.loads(await asyncio.wait_for(socket.recv(), 10))
+                if event["runId"] == run_id:
+                    types.append(event["type"])
+            return types
+
+    assert asyncio.run(scenario())[0] == "request.accepted"
