@@ -53,13 +53,9 @@ LIST_FIELDS = (
 )
 
 
-# What Postgres' search matches: the expression of the `run_search` GIN index (telemetry
-# migration 0012) to the letter, and its partial predicate, or the planner cannot use it.
-SEARCH_SQL = (
-    "\"telemetry_run\".\"status\" <> 'in_progress' AND to_tsvector('simple'::regconfig, "
-    "\"telemetry_run\".\"prompt_text\" || ' ' || \"telemetry_run\".\"reply_text\")"
-    " @@ websearch_to_tsquery('simple'::regconfig, %s)"
-)
+# Postgres' search: the run's stored tsvector (NULL while in progress; telemetry migration
+# 0012), through its GIN index.
+SEARCH_SQL = "\"telemetry_run\".\"search\" @@ websearch_to_tsquery('simple'::regconfig, %s)"
 _TERMS = re.compile(r'"([^"]+)"|(\S+)')
 
 
