@@ -2,7 +2,7 @@
 
 Both are computed once per run, never per chunk: the prompt's text by the run writer (on its
 own thread) from the body it stores, the reply's by the relay from the reply it has already put
-together. Postgres tokenizes them once, when the run's finished row is written (~0.5–1 µs a
+together. Postgres tokenizes them once, when the run's finished row is written (~0.5 to 1 µs a
 word), so each is capped: a 4 MiB agent prompt costs no more to index than 16 K characters (and
 stays far below Postgres' 1 MB limit on a tsvector). Of a longer text the start and the end
 are kept: of a prompt, the system prompt and the task, and the latest turns.

@@ -9,13 +9,12 @@ the table.
 from __future__ import annotations
 
 import base64
+import re
 import shlex
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
-
-import re
 from decimal import Decimal
+from typing import Any
 
 import orjson
 from django.db import connection
@@ -55,7 +54,7 @@ LIST_FIELDS = (
 
 # Postgres' search: the run's stored tsvector (NULL while in progress; telemetry migration
 # 0012), through its GIN index.
-SEARCH_SQL = "\"telemetry_run\".\"search\" @@ websearch_to_tsquery('simple'::regconfig, %s)"
+SEARCH_SQL = '"telemetry_run"."search" @@ websearch_to_tsquery(\'simple\'::regconfig, %s)'
 _TERMS = re.compile(r'"([^"]+)"|(\S+)')
 
 

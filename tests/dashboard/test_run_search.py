@@ -195,7 +195,7 @@ def test_a_metadata_organization_s_runs_have_no_text_to_search(
         (RunFilters(search="lighthouse"), "run_search"),
         (RunFilters(error_code="overloaded"), "run_errors"),
         (RunFilters(cost_min=Decimal("0.10")), "run_costly"),
-        (RunFilters(latency_min=timedelta(seconds=5)), "run_slow"),
+        (RunFilters(latency_min=timedelta(seconds=5)), "run_latency"),
     ],
 )
 def test_postgres_finds_rare_runs_through_their_indexes(filters: RunFilters, index: str) -> None:
