@@ -85,13 +85,15 @@ def runs(
             },
             end_user=f"ann-{tag}",
         ),
-        # "caps" only in its reply: the scripted model's answer to the README's question.
+        # "caps" only in its reply: the scripted model's answer to the README's question,
+        # streamed in pieces of three words (the relay hands the whole reply to the writer).
         "reply": send(
             base,
             two.secret,
             {
                 "model": unpriced.id,
                 "messages": [{"role": "user", "content": "What does max_tokens limit?"}],
+                "stream": True,
             },
         ),
         "slow": send(
