@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 
 from django import forms
 from django.http import QueryDict
@@ -25,6 +26,23 @@ RANGES = {
 RANGE_CHOICES = [(name, f"last {name}") for name in RANGES]
 DEFAULT_RANGE = "24h"
 FINISH_REASONS = ["stop", "length", "tool_calls", "stopped", "content_filter"]
+# Named ranges the runs list filters by: (label, from (included), to (excluded)); None is open.
+COST_RANGES: dict[str, tuple[str, Decimal | None, Decimal | None]] = {
+    "free": ("$0 (free)", None, Decimal("0.000000001")),  # the column keeps 9 decimals
+    "under-0.001": ("under $0.001", None, Decimal("0.001")),
+    "0.001-up": ("$0.001 and up", Decimal("0.001"), None),
+    "0.01-up": ("$0.01 and up", Decimal("0.01"), None),
+    "0.10-up": ("$0.10 and up", Decimal("0.10"), None),
+    "1-up": ("$1 and up", Decimal("1"), None),
+}
+LATENCY_RANGES: dict[str, tuple[str, timedelta | None, timedelta | None]] = {
+    "under-100ms": ("under 100 ms", None, timedelta(milliseconds=100)),
+    "under-1s": ("under 1 s", None, timedelta(seconds=1)),
+    "1s-up": ("1 s and up", timedelta(seconds=1), None),
+    "5s-up": ("5 s and up", timedelta(seconds=5), None),
+    "30s-up": ("30 s and up", timedelta(seconds=30), None),
+}
+SEARCH_MAX_LENGTH = 200
 
 
 def _blank(choices: list[tuple[str, str]], label: str = "any") -> list[tuple[str, str]]:
@@ -92,15 +110,37 @@ class OverviewForm(OrganizationChoiceMixin):
         )
 
 
+def _with_current(data: QueryDict, name: str, names: list[str]) -> list[tuple[str, str]]:
+    """The choices, plus the value asked for when it is not one of them (a model since
+    removed from the catalog, an end user past the list's length, a link from a run's row):
+    a filter by any value is valid, the select shows what is in force."""
+    current = (data.get(name) or "").strip()
+    if current and current not in names:
+        names = [*names, current]
+    return _blank([(n, n) for n in names])
+
+
 class RunFilterForm(OrganizationChoiceMixin):
+    q = forms.CharField(
+        required=False,
+        max_length=SEARCH_MAX_LENGTH,
+        widget=forms.TextInput(attrs={"type": "search", "placeholder": "words in prompt or reply"}),
+    )
     organization = forms.TypedChoiceField(coerce=int, required=False, empty_value=None)
     key = forms.TypedChoiceField(coerce=int, required=False, empty_value=None)
-    model = forms.CharField(required=False, max_length=200)
-    deployment = forms.CharField(required=False, max_length=100)
+    model = forms.ChoiceField(required=False)
+    deployment = forms.ChoiceField(required=False)
     status = forms.ChoiceField(choices=_blank(Run.Status.choices), required=False)
-    finish_reason = forms.CharField(required=False, max_length=32)
+    finish_reason = forms.ChoiceField(required=False)
+    error_code = forms.ChoiceField(required=False)
+    cost = forms.ChoiceField(
+        choices=_blank([(name, r[0]) for name, r in COST_RANGES.items()]), required=False
+    )
+    latency = forms.ChoiceField(
+        choices=_blank([(name, r[0]) for name, r in LATENCY_RANGES.items()]), required=False
+    )
     session = forms.CharField(required=False, max_length=128)
-    end_user = forms.CharField(required=False, max_length=256)
+    end_user = forms.ChoiceField(required=False)
     since = forms.DateTimeField(
         required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
     )
@@ -116,13 +156,36 @@ class RunFilterForm(OrganizationChoiceMixin):
         *,
         organizations: list[tuple[int, str]],
         keys: list[tuple[int, str]],
+        models: list[str],
+        deployments: list[str],
+        end_users: list[str],
+        error_codes: list[str],
     ) -> None:
         super().__init__(data)
         self.set_organization_choices(organizations)
         set_choices(self, "key", _blank([(str(pk), label) for pk, label in keys], "all"))
+        for name, names in (
+            ("model", models),
+            ("deployment", deployments),
+            ("finish_reason", FINISH_REASONS),
+            ("error_code", error_codes),
+            ("end_user", end_users),
+        ):
+            set_choices(self, name, _with_current(data, name, names))
+
+    def clean_q(self) -> str:
+        search: str = self.cleaned_data.get("q") or ""
+        if search.strip() and not any(c.isalnum() for c in search):
+            raise forms.ValidationError("Search for words: at least one letter or digit.")
+        return search.strip()
 
     def filters(self) -> RunFilters:
-        data = self.cleaned_data if self.is_valid() else {}
+        """The filters asked for; the valid ones when some are not (each named in the form's
+        errors, which the page shows), so one bad field does not drop the others."""
+        self.is_valid()
+        data = self.cleaned_data
+        cost = COST_RANGES.get(data.get("cost") or "", ("", None, None))
+        latency = LATENCY_RANGES.get(data.get("latency") or "", ("", None, None))
         return RunFilters(
             organization_id=data.get("organization"),
             api_key_id=data.get("key"),
@@ -130,10 +193,16 @@ class RunFilterForm(OrganizationChoiceMixin):
             deployment=(data.get("deployment") or "").strip(),
             status=data.get("status") or "",
             finish_reason=(data.get("finish_reason") or "").strip(),
+            error_code=(data.get("error_code") or "").strip(),
             session=(data.get("session") or "").strip(),
             end_user=(data.get("end_user") or "").strip(),
             since=_as_utc(data.get("since")),
             until=_as_utc(data.get("until")),
+            search=data.get("q") or "",
+            cost_min=cost[1],
+            cost_max=cost[2],
+            latency_min=latency[1],
+            latency_max=latency[2],
         )
 
     def cursors(self) -> tuple[Cursor | None, Cursor | None]:

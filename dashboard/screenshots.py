@@ -171,6 +171,8 @@ def photograph(base: str, secret: str, out: Path, run_id: str) -> list[Path]:
         shot("04-runs")
         page.goto(f"{base}/dashboard/runs/?session=conv-7")
         shot("05-runs-filtered")
+        page.goto(f"{base}/dashboard/runs/?q=caps+tokens")  # words of a reply
+        shot("05-runs-search")
         page.goto(f"{base}/dashboard/runs/{run_id}/")
         page.click("#replay-fast")
         page.wait_for_selector("#replay[data-state=done]")

@@ -114,6 +114,8 @@ class RunRecorder:
         if not (self.keep_content or keep_body):
             stored.pop("request_body", None)
             stored.pop("upstream_request", None)
+        if not self.keep_content:
+            stored.pop("reply_text", None)
         return stored
 
     def _opened_row(self, *, keep_body: bool = False) -> RunOpened:

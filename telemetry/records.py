@@ -65,6 +65,9 @@ class RunFields(TypedDict, total=False):
     held_usd: Decimal | None
     charged_usd: Decimal | None
     chunk_count: int
+    # What the dashboard's search reads (`telemetry.search_text`).
+    prompt_text: str
+    reply_text: str
 
 
 class RunOutcome(TypedDict, total=False):
@@ -85,6 +88,7 @@ class RunOutcome(TypedDict, total=False):
     charged_usd: Decimal | None
     dedupe_role: str
     dedupe_leader: str
+    reply_text: str
 
 
 class ImageRecord(NamedTuple):

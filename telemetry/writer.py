@@ -52,6 +52,7 @@ from telemetry.images import RunImages, fields_with_references, hashed, run_imag
 from telemetry.metrics import writer_depth
 from telemetry.models import Run, RunChunk
 from telemetry.records import ImageRecord, RunFields
+from telemetry.search_text import prompt_text
 from telemetry.services.budgets import budget_holds_settle
 from telemetry.spool import Row, Spool
 
@@ -130,6 +131,18 @@ def _text_safe(fields: RunFields) -> dict[str, Any]:
     }
 
 
+def _with_prompt_text(fields: RunFields) -> RunFields:
+    """The run's fields with the text of its request's messages, for the dashboard's search.
+
+    Computed here, on the writer's thread, once per run: never on the event loop, never per
+    chunk. A run stored without its body (`metadata` retention) has none.
+    """
+    body = fields.get("request_body")
+    if not body or "prompt_text" in fields:
+        return fields
+    return {**fields, "prompt_text": prompt_text(body)}
+
+
 def _cut_to_fit(fields: dict[str, Any]) -> dict[str, Any]:
     """Cut outcome text to its column's length, as Postgres' outcome UPDATE does (its cast to
     varchar(n) truncates); SQLite would keep it whole."""
@@ -158,7 +171,7 @@ def write_batch(items: Sequence[WriterItem], *, replay: bool = False) -> None:
         if isinstance(item, ChunkSent):
             chunks.append(item)
         elif isinstance(item, RunOpened):
-            fields = item.fields
+            fields = _with_prompt_text(item.fields)
             if item.images:
                 # The bodies name each image instead of repeating its bytes.
                 seen = hashed(item.images)

@@ -1,9 +1,19 @@
-"""The choices the dashboard's filters offer: organizations, keys, models, deployments."""
+"""The choices the dashboard's filters offer: organizations, keys, models, deployments, end
+users and error codes."""
 
 from __future__ import annotations
 
+from django.db import connection
+
 from accounts.models import ApiKey, Organization
+from core.errors import MortarError
 from gateway.models import CatalogModel, Deployment
+from telemetry.models import Run
+from telemetry.services.interruptions import WORKER_INTERRUPTED
+
+END_USER_CHOICES = 1000
+# Codes a run may carry that no error class raises: a client gone, a worker gone.
+RUN_ONLY_ERROR_CODES = ("client_disconnected", "worker_shutdown", WORKER_INTERRUPTED)
 
 
 def organization_choices() -> list[tuple[int, str]]:
@@ -40,3 +50,36 @@ def model_names() -> list[str]:
 
 def deployment_names() -> list[str]:
     return list(Deployment.objects.order_by("name").values_list("name", flat=True))
+
+
+def end_user_names(limit: int = END_USER_CHOICES) -> list[str]:
+    """The first `limit` end users of the stored runs, in order of their names.
+
+    A loose index scan over `run_end_user_accepted`: one probe of the index per end user
+    (`min(end_user) > the previous one`), never a scan of the runs, however many there are.
+    """
+    table = connection.ops.quote_name(Run._meta.db_table)
+    sql = f"""
+        WITH RECURSIVE seen(end_user, n) AS (
+            SELECT (SELECT min(end_user) FROM {table} WHERE end_user > ''), 1
+            UNION ALL
+            SELECT (SELECT min(r.end_user) FROM {table} r WHERE r.end_user > seen.end_user),
+                   seen.n + 1
+            FROM seen WHERE seen.end_user IS NOT NULL AND seen.n < %s
+        )
+        SELECT end_user FROM seen WHERE end_user IS NOT NULL
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [limit])
+        return [row[0] for row in cursor.fetchall()]
+
+
+def error_codes() -> list[str]:
+    """Every error code a run may carry: those of Mortar's errors and of runs cut short."""
+    codes = set(RUN_ONLY_ERROR_CODES)
+    pending: list[type[MortarError]] = [MortarError]
+    while pending:
+        kind = pending.pop()
+        codes.add(kind.code)
+        pending += kind.__subclasses__()
+    return sorted(code for code in codes if code)

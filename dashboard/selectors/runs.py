@@ -9,13 +9,17 @@ the table.
 from __future__ import annotations
 
 import base64
+import re
 import shlex
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import orjson
-from django.db.models import Q, QuerySet
+from django.db import connection
+from django.db.models import BooleanField, DurationField, ExpressionWrapper, F, Q, QuerySet
+from django.db.models.expressions import RawSQL
 
 from core.ids import is_message_id
 from dashboard.selectors.images import body_as_received
@@ -48,6 +52,12 @@ LIST_FIELDS = (
 )
 
 
+# Postgres' search: the run's stored tsvector (NULL while in progress; telemetry migration
+# 0012), through its GIN index.
+SEARCH_SQL = '"telemetry_run"."search" @@ websearch_to_tsquery(\'simple\'::regconfig, %s)'
+_TERMS = re.compile(r'"([^"]+)"|(\S+)')
+
+
 @dataclass(frozen=True)
 class RunFilters:
     organization_id: int | None = None
@@ -56,10 +66,18 @@ class RunFilters:
     deployment: str = ""
     status: str = ""
     finish_reason: str = ""
+    error_code: str = ""
     session: str = ""
     end_user: str = ""
     since: datetime | None = None
     until: datetime | None = None
+    # Words (and "quoted phrases") of the request's messages or the reply, all of them.
+    search: str = ""
+    # Ranges: from the lower bound (included) to the upper one (excluded); None is open.
+    cost_min: Decimal | None = None
+    cost_max: Decimal | None = None
+    latency_min: timedelta | None = None
+    latency_max: timedelta | None = None
 
 
 @dataclass(frozen=True)
@@ -106,15 +124,45 @@ def filtered_runs(filters: RunFilters) -> QuerySet[Run]:
         "deployment": filters.deployment,
         "status": filters.status,
         "finish_reason": filters.finish_reason,
+        "error_code": filters.error_code,
         "session": filters.session,
         "end_user": filters.end_user,
     }
     runs = runs.filter(**{name: value for name, value in exact.items() if value not in (None, "")})
-    if filters.since is not None:
-        runs = runs.filter(accepted_at__gte=filters.since)
-    if filters.until is not None:
-        runs = runs.filter(accepted_at__lt=filters.until)
+    bounds = {
+        "accepted_at__gte": filters.since,
+        "accepted_at__lt": filters.until,
+        "cost__gte": filters.cost_min,
+        "cost__lt": filters.cost_max,
+    }
+    runs = runs.filter(**{name: value for name, value in bounds.items() if value is not None})
+    if filters.latency_min is not None or filters.latency_max is not None:
+        runs = runs.alias(
+            latency=ExpressionWrapper(F("finished_at") - F("accepted_at"), DurationField())
+        )
+        if filters.latency_min is not None:
+            runs = runs.filter(latency__gte=filters.latency_min)
+        if filters.latency_max is not None:
+            runs = runs.filter(latency__lt=filters.latency_max)
+    if filters.search.strip():
+        runs = runs.filter(_matching(filters.search.strip()))
     return runs
+
+
+def _matching(search: str) -> Q | RawSQL:
+    """Finished runs whose prompt or reply has every word of `search`.
+
+    Postgres: full-text search (websearch syntax: words, "a phrase", `or`, `-word`), through
+    the GIN index. SQLite (the embedded mode): each word or "quoted phrase" must appear
+    somewhere in either text, case-insensitively (ASCII letters), found by a scan.
+    """
+    if connection.vendor == "postgresql":
+        return RawSQL(SEARCH_SQL, [search], output_field=BooleanField())
+    matching = ~Q(status="in_progress")
+    for phrase, word in _TERMS.findall(search):
+        term = phrase or word
+        matching &= Q(prompt_text__icontains=term) | Q(reply_text__icontains=term)
+    return matching
 
 
 def runs_page(

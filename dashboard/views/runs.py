@@ -15,9 +15,11 @@ from django.http import (
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from dashboard.forms import FINISH_REASONS, RunFilterForm
+from dashboard.forms import RunFilterForm
 from dashboard.selectors.catalog import (
     deployment_names,
+    end_user_names,
+    error_codes,
     key_choices,
     model_names,
     organization_choices,
@@ -44,7 +46,15 @@ from telemetry.models import Run
 @staff_required
 @require_GET
 def runs(request: HttpRequest) -> HttpResponse:
-    form = RunFilterForm(request.GET, organizations=organization_choices(), keys=key_choices())
+    form = RunFilterForm(
+        request.GET,
+        organizations=organization_choices(),
+        keys=key_choices(),
+        models=model_names(),
+        deployments=deployment_names(),
+        end_users=end_user_names(),
+        error_codes=error_codes(),
+    )
     before, after = form.cursors()
     page = runs_page(form.filters(), before=before, after=after)
     query = request.GET.copy()
@@ -53,15 +63,7 @@ def runs(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "dashboard/runs.html",
-        {
-            "form": form,
-            "page": page,
-            "query": query.urlencode(),
-            "models": model_names(),
-            "deployments": deployment_names(),
-            "statuses": Run.Status.values,
-            "finish_reasons": FINISH_REASONS,
-        },
+        {"form": form, "page": page, "query": query.urlencode()},
     )
 
 

@@ -71,6 +71,16 @@ class Generation:
             self.count_later = None
         return self.completion_tokens
 
+    def searchable_text(self) -> str:
+        """The reply as the dashboard's search reads it: its text, reasoning and tool calls,
+        one piece a line (so words of two pieces never run together)."""
+        if not self.reasoning and not self.calls:  # the usual reply: its text as it is
+            return self.content or ""
+        parts = [self.content or "", *self.reasoning.values()]
+        for call in self.calls.values():
+            parts += (call["function"]["name"], call["function"]["arguments"])
+        return "\n".join(part for part in parts if part)
+
     def text(self) -> str:
         """Everything generated as text (reply, reasoning, tool calls), for counting tokens."""
         parts = [self.content or "", *self.reasoning.values()]

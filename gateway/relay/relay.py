@@ -15,6 +15,7 @@ from telemetry.costs import Prices, cached_tokens_of, usage_cost
 from telemetry.models import Run
 from telemetry.recording import RunRecorder
 from telemetry.records import RunOutcome
+from telemetry.search_text import REPLY_TEXT_LIMIT, capped
 
 # A stopped non-streaming reply says so (the spec leaves it open; OpenAI's values don't cover it).
 STOPPED_FINISH_REASON = "stopped"
@@ -90,6 +91,8 @@ class Relay:
             "cost": cost,
             "usage": usage,
             "usage_source": source,
+            # Handed over as it is (a reference); the writer stores it, the search reads it.
+            "reply_text": capped(self.generation.searchable_text(), REPLY_TEXT_LIMIT),
         }
         if self.budget is not None:
             # Charged once (a later close is a no-op), settled on a worker thread.

@@ -115,7 +115,7 @@ def _runs_strip(*, organization: Organization, now: datetime, batch_size: int) -
         chunks_deleted += _chunks_delete(run_ids=ids, batch_size=batch_size)
         RunImage.objects.filter(run_id__in=ids).delete()  # the images were part of the bodies
         runs_stripped += Run.objects.filter(pk__in=ids).update(
-            request_body=None, upstream_request=None
+            request_body=None, upstream_request=None, prompt_text="", reply_text=""
         )
     # A refused request never reached a model server, but should one have a forwarded body,
     # only the body as received is kept for debugging.

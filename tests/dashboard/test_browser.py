@@ -224,14 +224,14 @@ def test_operator_filters_the_runs_list(
     page.wait_for_url(f"**session=list-a-{tag}**")
     assert listed() == sent[2::-1]  # newest first
 
-    page.fill("input[name=finish_reason]", "length")
+    page.select_option("select[name=finish_reason]", "length")
     page.click("#run-filters button[type=submit]")
     page.wait_for_url("**finish_reason=length**")
     assert listed() == [sent[2]]
     expect(page.locator("#runs tbody")).to_contain_text("length")
 
     page.goto(f"{mortar_server.base_url}/dashboard/runs/")
-    page.fill("input[name=end_user]", f"ann-{tag}")
+    page.select_option("select[name=end_user]", f"ann-{tag}")
     page.select_option("select[name=organization]", str(tenant.organization.pk))
     page.click("#run-filters button[type=submit]")
     page.wait_for_url(f"**end_user=ann-{tag}**")

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
+from urllib.parse import quote
 
 import httpx
 import orjson
@@ -119,6 +120,9 @@ PAGES = [
     "/dashboard/?range=30d&organization={org}",
     "/dashboard/runs/",
     "/dashboard/runs/?organization={org}&session={session}",
+    # Every filter's select set to a long choice, and a search: the form wraps, never widens.
+    "/dashboard/runs/?organization={org}&q=incident&model={model}&deployment={deployment}"
+    "&end_user={end_user}&error_code=context_length_exceeded&cost=0.001-up&latency=under-1s",
     "/dashboard/runs/{run}/",
     "/dashboard/runs/{long_run}/",
     "/dashboard/sessions/",
@@ -144,6 +148,9 @@ def test_a_page_fits_1440_px_without_horizontal_scrolling(
         session=long_names.session,
         run=long_names.run_ids[1],
         long_run=long_names.run_ids[0],
+        model=quote(LONG_MODEL),
+        deployment=quote(LONG_DEPLOYMENT),
+        end_user=long_names.end_user,
     )
     page.goto(f"{mortar_server.base_url}{url}")
     page.wait_for_load_state("load")

@@ -51,6 +51,9 @@ def _run(
         upstream_request=forwarded,
         accepted_at=NOW - age,
         finished_at=NOW - age + timedelta(seconds=1),
+        # What the dashboard's search reads, as the run writer and the relay store it.
+        prompt_text="hello" if body else "",
+        reply_text="reply text" if chunks else "",
         prompt_tokens=12,
         completion_tokens=30,
         chunk_count=chunks,
@@ -154,6 +157,7 @@ def test_a_metadata_organization_keeps_no_prompt_or_reply_text() -> None:
         run.refresh_from_db()
         assert run.request_body is None
         assert run.upstream_request is None
+        assert (run.prompt_text, run.reply_text) == ("", "")  # nothing left to search
         assert _chunks(run) == 0
     # The metadata stays: who, when, outcome and usage.
     assert completed.status == Run.Status.COMPLETED
@@ -181,6 +185,7 @@ def test_a_metadata_organization_keeps_400_refused_bodies_for_seven_days() -> No
     assert _chunks(fresh) == 1
     week_old.refresh_from_db()
     assert week_old.request_body is None
+    assert (week_old.prompt_text, week_old.reply_text) == ("", "")
     assert _chunks(week_old) == 0
     # Only the body as received is kept for debugging, never one forwarded to a model.
     odd.refresh_from_db()
