@@ -22,6 +22,9 @@ Issue 4, item 6: the dashboard reads these rows instead of scanning runs. Decisi
 - Latency and time to first token are summed as intervals and floored to milliseconds.
 - Recomputing an hour whose runs retention has purged would shrink its rows: recompute old
   hours only while their runs are stored (the automatic refresh only looks back `hours`).
+- **Slices** (telemetry/services/slices.py): each hour's rollups summed again per breakdown,
+  recomputed with the hour; each day's after a refresh that recomputed any of its hours (a
+  caller of `usage_rollup_hour_recompute` alone leaves the day's slices to the next refresh).
 - **Without beat** (the embedded default: no Redis, so no broker beat could send to), the
   dashboard's pages that read rollups refresh them in-process first
   (`usage_rollups_keep_fresh`, at most every `IN_PROCESS_EVERY`; `MORTAR_ROLLUPS_IN_PROCESS`).
@@ -41,7 +44,8 @@ from django.db.models import BigIntegerField, Count, DecimalField, F, Q, Sum, Va
 from django.db.models.functions import Coalesce, TruncHour
 from django.utils import timezone
 
-from telemetry.models import Run, UsageRollup
+from telemetry.models import Run, UsageRollup, UsageSlice
+from telemetry.services.slices import day_of, usage_slices_recompute
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +115,9 @@ def usage_rollups_refresh(*, since: datetime, until: datetime | None = None) -> 
     """Recompute every hour with a run accepted or finished in [since, until)."""
     hours = usage_rollup_hours_touched(since=since, until=until)
     rows = sum(usage_rollup_hour_recompute(hour=hour) for hour in hours)
+    # Each day touched once, after its hours (its slices are summed from their rollups).
+    for day in sorted({day_of(hour) for hour in hours}):
+        usage_slices_recompute(span=UsageSlice.Span.DAY, start=day)
     if hours:
         logger.info("usage rollups: %d hours recomputed, %d rows", len(hours), rows)
     return RollupCounts(hours=len(hours), rows=rows)
@@ -148,6 +155,7 @@ def usage_rollup_hour_recompute(*, hour: datetime) -> int:
         unique_fields=GROUP_FIELDS,
         update_fields=MEASURE_FIELDS,
     )
+    usage_slices_recompute(span=UsageSlice.Span.HOUR, start=hour)
     return len(rows)
 
 

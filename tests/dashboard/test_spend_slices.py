@@ -1,0 +1,303 @@
+"""Usage slices (telemetry/services/slices.py) against the runs they sum: each grain, by hour
+and by day, after refreshes that land mid-hour, and the Spend page's long ranges read from
+them — partial first and last days included — agreeing with the runs and with the Overview."""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from django.core.cache import cache
+
+from accounts.models import Organization
+from accounts.services import key_create
+from dashboard.selectors.overview import OverviewFilters, overview
+from dashboard.selectors.spend import SpendFilters, spend_chart, spend_totals, usage_by
+from gateway.models import CatalogModel, Deployment
+from telemetry.models import Run, UsageSlice
+from telemetry.services.rollups import IS_ERROR, WATERMARK_KEY, usage_rollups_refresh
+from telemetry.services.slices import SLICE_GRAINS, usage_slices_backfill
+
+pytestmark = pytest.mark.django_db
+
+# Four days of runs, the first and last partial; "now" is in the last one.
+DAY0 = datetime(2031, 3, 9, tzinfo=UTC)
+NOW = DAY0 + timedelta(days=3, hours=14, minutes=20)
+_ids = itertools.count(1)
+
+
+def make_run(organization: Organization, accepted: datetime, **fields: object) -> Run:
+    defaults: dict[str, object] = {
+        "status": Run.Status.COMPLETED,
+        "http_status": 200,
+        "finished_at": accepted + timedelta(milliseconds=700),
+        "first_token_at": accepted + timedelta(milliseconds=70),
+        "prompt_tokens": 100,
+        "completion_tokens": 10,
+        "cached_tokens": 0,
+        "cost": Decimal("0.001"),
+    }
+    defaults.update(fields)
+    return Run.objects.create(
+        id=f"chatcmpl-slice{next(_ids):019x}",
+        organization=organization,
+        accepted_at=accepted,
+        **defaults,
+    )
+
+
+@pytest.fixture
+def traffic() -> dict[str, Organization]:
+    """Runs every five hours over four days: two organizations, keys, end users (one shared
+    by both organizations), two models on two deployments, errors, cached tokens."""
+    cache.delete(WATERMARK_KEY)
+    deployment = Deployment.objects.create(name="dep-slice")
+    CatalogModel.objects.create(
+        id="slice-a",
+        deployment=deployment,
+        price_input=Decimal("2"),
+        price_cached_input=Decimal("0.5"),
+        price_output=Decimal("8"),
+    )
+    acme = Organization.objects.create(name="slice-acme")
+    other = Organization.objects.create(name="slice-other")
+    keys = [key_create(organization=acme, name=n).key for n in ("ci", "bot")]
+    users = ["ann", "ben", "cid"]
+    moment = DAY0 + timedelta(hours=3, minutes=7)
+    i = 0
+    while moment < NOW:
+        org = other if i % 4 == 3 else acme
+        make_run(
+            org,
+            moment,
+            api_key=keys[i % 2] if org == acme else None,
+            end_user=users[i % 3],
+            model=("slice-a", "slice-b")[i % 5 % 2],
+            deployment=("dep-a", "dep-b")[i % 5 % 2],
+            cached_tokens=(i % 3) * 1_000,
+            cost=Decimal(i % 7) / 100,
+            **(
+                {"status": Run.Status.FAILED, "http_status": 502, "error_code": "upstream_error"}
+                if i % 6 == 5
+                else {}
+            ),
+        )
+        moment += timedelta(hours=5, minutes=i % 40)
+        i += 1
+    return {"acme": acme, "other": other}
+
+
+def sums_of(rows: object, columns: tuple[str, ...]) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+    """Requests, errors, tokens and cost per value of `columns` (runs or slices alike)."""
+    found: dict[tuple[Any, ...], list[Any]] = defaultdict(lambda: [0, 0, 0, 0, 0, Decimal(0)])
+    for row in rows:  # type: ignore[attr-defined]
+        key = tuple(getattr(row, c) for c in columns)
+        sums = found[key]
+        sums[0] += getattr(row, "requests", 1)
+        sums[1] += row.errors if isinstance(row, UsageSlice) else int(row.is_error)
+        sums[2] += row.prompt_tokens or 0
+        sums[3] += row.completion_tokens or 0
+        sums[4] += row.cached_tokens or 0
+        sums[5] += row.cost or 0
+    return {key: tuple(sums) for key, sums in found.items()}
+
+
+def runs_with_error_flag(**where: object) -> list[Run]:
+    errors = set(Run.objects.filter(IS_ERROR).values_list("pk", flat=True))
+    runs = list(Run.objects.exclude(status=Run.Status.IN_PROGRESS).filter(**where))
+    for run in runs:
+        run.is_error = run.pk in errors  # type: ignore[attr-defined]
+        run.api_key_id = run.api_key_id or 0
+    return runs
+
+
+def run_columns(grain: str) -> tuple[str, ...]:
+    return tuple(c for c in SLICE_GRAINS[grain])
+
+
+@pytest.mark.parametrize("grain", sorted(SLICE_GRAINS))
+def test_each_day_s_slices_sum_to_its_runs(traffic: dict[str, Organization], grain: str) -> None:
+    usage_rollups_refresh(since=DAY0, until=NOW)
+    for day in range(4):
+        start = DAY0 + timedelta(days=day)
+        runs = runs_with_error_flag(
+            accepted_at__gte=start, accepted_at__lt=start + timedelta(days=1)
+        )
+        slices = UsageSlice.objects.filter(span="day", grain=grain, start=start)
+        assert runs, "each day has runs"
+        assert sums_of(slices, run_columns(grain)) == sums_of(runs, run_columns(grain))
+    # The sum over every organization: `end_user_all` rows say organization 0.
+    if grain == "end_user_all":
+        assert set(
+            UsageSlice.objects.filter(grain=grain).values_list("organization_id", flat=True)
+        ) == {0}
+
+
+@pytest.mark.parametrize("grain", ["model", "key", "deployment"])
+def test_each_hour_s_slices_sum_to_its_runs(traffic: dict[str, Organization], grain: str) -> None:
+    usage_rollups_refresh(since=DAY0, until=NOW)
+    hours = sorted({run.accepted_at.replace(minute=0) for run in Run.objects.all()})
+    assert len(hours) > 10
+    for hour in hours:
+        runs = runs_with_error_flag(
+            accepted_at__gte=hour, accepted_at__lt=hour + timedelta(hours=1)
+        )
+        slices = UsageSlice.objects.filter(span="hour", grain=grain, start=hour)
+        assert sums_of(slices, run_columns(grain)) == sums_of(runs, run_columns(grain))
+
+
+def test_a_refresh_mid_hour_then_another_counts_each_run_once(
+    traffic: dict[str, Organization],
+) -> None:
+    acme = traffic["acme"]
+    hour = DAY0 + timedelta(days=3, hours=15)
+    usage_rollups_refresh(since=DAY0, until=hour)
+    make_run(acme, hour + timedelta(minutes=5), end_user="dee", model="slice-a", cost=Decimal("1"))
+    streaming = make_run(
+        acme,
+        hour + timedelta(minutes=9),
+        end_user="dee",
+        status=Run.Status.IN_PROGRESS,
+        finished_at=None,
+        cost=None,
+    )
+    usage_rollups_refresh(since=hour, until=hour + timedelta(minutes=20))  # lands mid-hour
+
+    def dee_today() -> tuple[int, Decimal]:
+        # A recompute replaces the rows (new ids): looked up anew each time.
+        day = UsageSlice.objects.get(
+            span="day", grain="end_user", start=hour.replace(hour=0), end_user="dee"
+        )
+        return day.requests, day.cost
+
+    assert dee_today() == (1, Decimal("1"))  # the one in progress not yet
+    make_run(acme, hour + timedelta(minutes=30), end_user="dee", model="slice-a", cost=Decimal("2"))
+    Run.objects.filter(pk=streaming.pk).update(
+        status=Run.Status.COMPLETED, finished_at=hour + timedelta(minutes=41), cost=Decimal("4")
+    )
+    usage_rollups_refresh(since=hour + timedelta(minutes=20), until=hour + timedelta(minutes=45))
+    assert dee_today() == (3, Decimal("7"))
+    by_hour = UsageSlice.objects.filter(
+        span="hour", grain="model", start=hour, organization_id=acme.pk
+    )
+    assert sum(s.requests for s in by_hour) == 3
+    runs = runs_with_error_flag(
+        accepted_at__gte=hour.replace(hour=0), accepted_at__lt=hour + timedelta(hours=9)
+    )
+    slices = UsageSlice.objects.filter(span="day", grain="key", start=hour.replace(hour=0))
+    assert sums_of(slices, run_columns("key")) == sums_of(runs, run_columns("key"))
+
+
+def test_backfill_slices_rollups_made_before_slices(traffic: dict[str, Organization]) -> None:
+    usage_rollups_refresh(since=DAY0, until=NOW)
+    expected = sorted(
+        UsageSlice.objects.values_list(
+            "span",
+            "grain",
+            "start",
+            "organization_id",
+            "api_key_id",
+            "end_user",
+            "model",
+            "deployment",
+            "requests",
+            "cost",
+        )
+    )
+    UsageSlice.objects.all().delete()
+    assert usage_slices_backfill() == len(expected)
+    assert (
+        sorted(
+            UsageSlice.objects.values_list(
+                "span",
+                "grain",
+                "start",
+                "organization_id",
+                "api_key_id",
+                "end_user",
+                "model",
+                "deployment",
+                "requests",
+                "cost",
+            )
+        )
+        == expected
+    )
+
+
+@pytest.mark.parametrize("organization", ["acme", None])
+def test_a_long_range_reads_day_slices_and_agrees_with_the_runs_and_the_overview(
+    traffic: dict[str, Organization], organization: str | None
+) -> None:
+    usage_rollups_refresh(since=DAY0, until=NOW)
+    # The watermark an hour ago: runs after it are read from the runs themselves.
+    cache.set(WATERMARK_KEY, NOW - timedelta(hours=1), timeout=None)
+    org = traffic[organization] if organization else None
+    # Starts mid-day (the first day partial), ends today (the last day partial).
+    since = DAY0 + timedelta(hours=5, minutes=40)
+    filters = SpendFilters(
+        since=since, until=NOW, organization_id=org.pk if org else None, bucket="day"
+    )
+    where: dict[str, object] = {"accepted_at__gte": since.replace(minute=0), "accepted_at__lt": NOW}
+    if org:
+        where["organization"] = org
+    runs = runs_with_error_flag(**where)
+    total = sums_of(runs, ())[()]
+
+    totals = spend_totals(filters, now=NOW)
+    assert (totals.requests, totals.errors, totals.cost, totals.cached_tokens) == (
+        total[0],
+        total[1],
+        total[5],
+        total[4],
+    )
+    cached_a = sum((r.cached_tokens or 0) for r in runs if r.model == "slice-a")
+    assert totals.savings == Decimal(cached_a) * Decimal("1.5") / 1_000_000
+    seen = overview(
+        OverviewFilters(since=since, until=NOW, organization_id=filters.organization_id), now=NOW
+    )
+    assert (seen.totals["requests"], seen.totals["cost"]) == (totals.requests, totals.cost)
+
+    for dimension, column in (
+        ("key", "api_key_id"),
+        ("end_user", "end_user"),
+        ("model", "model"),
+        ("deployment", "deployment"),
+        ("organization", "organization_id"),
+    ):
+        expected = sums_of(runs, (column,))
+        found = usage_by(filters, dimension, limit=None, now=NOW)
+        assert {u.value: (u.requests, u.errors, u.cost) for u in found} == {
+            key[0]: (s[0], s[1], s[5]) for key, s in expected.items()
+        }, dimension
+        for usage in found:
+            cached = sum(
+                (r.cached_tokens or 0)
+                for r in runs
+                if getattr(r, column) == usage.value and r.model == "slice-a"
+            )
+            assert usage.savings == Decimal(cached) * Decimal("1.5") / 1_000_000, (
+                dimension,
+                usage.value,
+            )
+
+    top = usage_by(filters, "end_user", now=NOW)
+    chart = spend_chart(filters, "end_user", top, now=NOW)
+    assert len(chart.buckets) == 4  # four days, the first and last partial
+    for label, line in chart.series:
+        per_day = [
+            float(
+                sum(
+                    r.cost or 0
+                    for r in runs
+                    if r.end_user == label
+                    and r.accepted_at.date() == (DAY0 + timedelta(days=d)).date()
+                )
+            )
+            for d in range(4)
+        ]
+        assert line == pytest.approx(per_day), label
