@@ -19,7 +19,13 @@ from dashboard.selectors.overview import OverviewFilters, overview
 from dashboard.selectors.spend import SpendFilters, spend_chart, spend_totals, usage_by
 from gateway.models import CatalogModel, Deployment
 from telemetry.models import Run, UsageSlice
-from telemetry.services.rollups import IS_ERROR, WATERMARK_KEY, usage_rollups_refresh
+from telemetry.services.rollups import (
+    IN_PROCESS_KEY,
+    IS_ERROR,
+    WATERMARK_KEY,
+    usage_rollups_keep_fresh,
+    usage_rollups_refresh,
+)
 from telemetry.services.slices import SLICE_GRAINS, usage_slices_backfill
 
 pytestmark = pytest.mark.django_db
@@ -122,7 +128,9 @@ def run_columns(grain: str) -> tuple[str, ...]:
 @pytest.mark.parametrize("grain", sorted(SLICE_GRAINS))
 def test_each_day_s_slices_sum_to_its_runs(traffic: dict[str, Organization], grain: str) -> None:
     usage_rollups_refresh(since=DAY0, until=NOW)
-    for day in range(4):
+    # The running day (NOW's) is not sliced by the day until it is over.
+    assert not UsageSlice.objects.filter(span="day", start=DAY0 + timedelta(days=3)).exists()
+    for day in range(3):
         start = DAY0 + timedelta(days=day)
         runs = runs_with_error_flag(
             accepted_at__gte=start, accepted_at__lt=start + timedelta(days=1)
@@ -167,29 +175,35 @@ def test_a_refresh_mid_hour_then_another_counts_each_run_once(
     )
     usage_rollups_refresh(since=hour, until=hour + timedelta(minutes=20))  # lands mid-hour
 
-    def dee_today() -> tuple[int, Decimal]:
+    def dee(span: str, start: datetime) -> tuple[int, Decimal]:
         # A recompute replaces the rows (new ids): looked up anew each time.
-        day = UsageSlice.objects.get(
-            span="day", grain="end_user", start=hour.replace(hour=0), end_user="dee"
+        grain = "model" if span == "hour" else "end_user"
+        rows = UsageSlice.objects.filter(span=span, grain=grain, start=start)
+        rows = rows.filter(
+            organization_id=acme.pk, **({"end_user": "dee"} if span == "day" else {})
         )
-        return day.requests, day.cost
+        return sum(r.requests for r in rows), sum((r.cost for r in rows), Decimal(0))
 
-    assert dee_today() == (1, Decimal("1"))  # the one in progress not yet
+    day = hour.replace(hour=0)
+    before = dee("hour", hour - timedelta(hours=1))
+    assert dee("hour", hour) == (1, Decimal("1"))  # the run in progress not yet
     make_run(acme, hour + timedelta(minutes=30), end_user="dee", model="slice-a", cost=Decimal("2"))
     Run.objects.filter(pk=streaming.pk).update(
         status=Run.Status.COMPLETED, finished_at=hour + timedelta(minutes=41), cost=Decimal("4")
     )
     usage_rollups_refresh(since=hour + timedelta(minutes=20), until=hour + timedelta(minutes=45))
-    assert dee_today() == (3, Decimal("7"))
-    by_hour = UsageSlice.objects.filter(
-        span="hour", grain="model", start=hour, organization_id=acme.pk
-    )
-    assert sum(s.requests for s in by_hour) == 3
-    runs = runs_with_error_flag(
-        accepted_at__gte=hour.replace(hour=0), accepted_at__lt=hour + timedelta(hours=9)
-    )
-    slices = UsageSlice.objects.filter(span="day", grain="key", start=hour.replace(hour=0))
-    assert sums_of(slices, run_columns("key")) == sums_of(runs, run_columns("key"))
+    assert dee("hour", hour) == (3, Decimal("7"))
+    assert dee("hour", hour - timedelta(hours=1)) == before  # not counted twice
+    # The running day is read by the hour; its day slices come once it is over — here by a
+    # refresh past midnight in which no run was accepted or finished (a quiet night).
+    assert dee("day", day) == (0, Decimal(0))
+    midnight = day + timedelta(days=1)
+    usage_rollups_refresh(since=hour + timedelta(minutes=45), until=midnight + timedelta(minutes=5))
+    assert dee("day", day) == (3, Decimal("7"))
+    runs = runs_with_error_flag(accepted_at__gte=day, accepted_at__lt=midnight)
+    for grain in SLICE_GRAINS:
+        slices = UsageSlice.objects.filter(span="day", grain=grain, start=day)
+        assert sums_of(slices, run_columns(grain)) == sums_of(runs, run_columns(grain)), grain
 
 
 def test_backfill_slices_rollups_made_before_slices(traffic: dict[str, Organization]) -> None:
@@ -209,7 +223,7 @@ def test_backfill_slices_rollups_made_before_slices(traffic: dict[str, Organizat
         )
     )
     UsageSlice.objects.all().delete()
-    assert usage_slices_backfill() == len(expected)
+    assert usage_slices_backfill(until=NOW) == len(expected)
     assert (
         sorted(
             UsageSlice.objects.values_list(
@@ -301,3 +315,21 @@ def test_a_long_range_reads_day_slices_and_agrees_with_the_runs_and_the_overview
             for d in range(4)
         ]
         assert line == pytest.approx(per_day), label
+
+
+def test_the_in_process_refresh_slices_each_day_once_it_is_over(
+    traffic: dict[str, Organization],
+) -> None:
+    """The embedded default's path (no beat): the pages' own catch-up."""
+    cache.delete(IN_PROCESS_KEY)
+    usage_rollups_keep_fresh(now=NOW)  # the process's first: looks back `MAX_CATCH_UP`
+    sliced = set(UsageSlice.objects.filter(span="day").values_list("start", flat=True))
+    assert sliced == {DAY0 + timedelta(days=d) for d in range(3)}
+    cache.delete(IN_PROCESS_KEY)
+    usage_rollups_keep_fresh(now=DAY0 + timedelta(days=4, minutes=3))  # past midnight
+    last = DAY0 + timedelta(days=3)
+    runs = runs_with_error_flag(accepted_at__gte=last, accepted_at__lt=last + timedelta(days=1))
+    assert runs
+    for grain in SLICE_GRAINS:
+        slices = UsageSlice.objects.filter(span="day", grain=grain, start=last)
+        assert sums_of(slices, run_columns(grain)) == sums_of(runs, run_columns(grain)), grain
