@@ -43,7 +43,6 @@ from django.db.models import (
     When,
 )
 from django.db.models.functions import Coalesce, TruncDay, TruncHour
-from django.db.models.lookups import Exact
 from django.utils import timezone
 
 from dashboard.selectors.catalog import key_labels, organization_names
@@ -243,6 +242,25 @@ def _by(dimension: str) -> Columns:
     return {f"d_{dimension}": (ROLLUP_COLUMN[dimension], RUN_COLUMN[dimension])}
 
 
+# A breakdown's values to keep: the chart's lines, the end users whose savings are priced.
+Only = tuple[str, list[Any]]
+FIELD = {
+    "organization": "organization_id",
+    "key": "api_key_id",
+    "end_user": "end_user",
+    "model": "model",
+    "deployment": "deployment",
+}
+
+
+def _kept(only: Only, *, runs: bool) -> Q:
+    dimension, values = only
+    kept = Q(**{f"{FIELD[dimension]}__in": values})
+    if runs and dimension == "key" and 0 in values:
+        kept |= Q(api_key_id__isnull=True)  # a run without a key is key 0 in the sums
+    return kept
+
+
 def _grouped_sql(
     filters: SpendFilters,
     columns: Columns,
@@ -250,21 +268,19 @@ def _grouped_sql(
     grain: str,
     by_bucket: bool,
     now: datetime,
-    end_users: list[str] | None = None,
+    only: Only | None = None,
+    day_slices: bool = True,
 ) -> tuple[str, list[Any]]:
     """The summed rows and the fresh runs grouped alike (the same columns in the same order),
-    as one `UNION ALL`. With `end_users`, only theirs, from the rollups (their cache savings)."""
-    days = filters.bucket == "day" or not by_bucket  # a day slice cannot be cut in hours
-    periods = _periods(filters, days=days and end_users is None, now=now)
-    if end_users is None:
-        sources = _summed_sources(filters, grain, periods)
-        runs = _fresh_runs(filters, periods)
-    else:
-        rollups = UsageRollup.objects.filter(_within(periods.hours, "hour"), end_user__in=end_users)
-        if filters.organization_id is not None:
-            rollups = rollups.filter(organization_id=filters.organization_id)
-        sources = [(rollups, "hour")] if periods.hours else []
-        runs = _fresh_runs(filters, periods).filter(end_user__in=end_users)
+    as one `UNION ALL`; with `only`, the rows of those values only."""
+    # A day slice cannot be cut in hours.
+    days = (filters.bucket == "day" or not by_bucket) and day_slices
+    periods = _periods(filters, days=days, now=now)
+    sources = _summed_sources(filters, grain, periods)
+    runs = _fresh_runs(filters, periods)
+    if only is not None:
+        sources = [(rows.filter(_kept(only, runs=False)), time) for rows, time in sources]
+        runs = runs.filter(_kept(only, runs=True))
     saving = _savings_per_token()
     trunc = TruncDay if filters.bucket == "day" else TruncHour
     # No column (the totals): one constant key, so `values()` does not mean every field.
@@ -398,7 +414,13 @@ def _end_user_savings(
     """What caching saved each of `end_users`, from the rollups: their slices keep no model to
     price cached tokens by (an index scan on `rollup_end_user_hour`)."""
     union, params = _grouped_sql(
-        filters, _by("end_user"), grain="end_user", by_bucket=False, now=now, end_users=end_users
+        filters,
+        _by("end_user"),
+        grain="end_user",
+        by_bucket=False,
+        now=now,
+        only=("end_user", end_users),
+        day_slices=False,
     )
     sql = f"SELECT u.d_end_user, COALESCE(SUM(u.s_saved), 0) FROM ({union}) AS u GROUP BY 1"
     with connection.cursor() as cursor:
@@ -425,36 +447,57 @@ def spend_chart(
     now: datetime | None = None,
 ) -> Chart:
     """Cost per bucket of each of `top` (values of `dimension`), and of everything else."""
+    return spend_charts(filters, {dimension: top}, now=now)[dimension]
+
+
+def spend_charts(
+    filters: SpendFilters, tops: dict[str, list[Usage]], *, now: datetime | None = None
+) -> dict[str, Chart]:
+    """`spend_chart` of each dimension of `tops` (its top values), the range's total per bucket
+    read once for all."""
     now = now or timezone.now()
-    shown = top[:CHART_SERIES]
-    # Each row's line (its value's place among those shown, -1 for the rest) is worked out in
-    # the grouped queries themselves, so they return lines x buckets rows, not one per value.
-    pick: Columns = {
-        "d_line": tuple(  # type: ignore[dict-item]
-            Case(
-                *(When(Exact(column, Value(u.value)), then=Value(i)) for i, u in enumerate(shown)),
-                default=Value(-1),
-                output_field=IntegerField(),
-            )
-            for column in (ROLLUP_COLUMN[dimension], RUN_COLUMN[dimension])
-        )
-    }
-    union, params = _grouped_sql(filters, pick, grain=GRAIN[dimension], by_bucket=True, now=now)
-    sql = f"SELECT u.bucket, u.d_line, COALESCE(SUM(u.s_cost), 0) FROM ({union}) AS u GROUP BY 1, 2"
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
     buckets = _buckets(filters)
     index = {moment: i for i, moment in enumerate(buckets)}
-    lines = [[0.0] * len(buckets) for _ in range(len(shown) + 1)]
-    for bucket, which, cost in rows:
+    total = [Decimal(0)] * len(buckets)
+    for bucket, _, cost in _costs_per_bucket(filters, None, only=None, now=now):
         at = index.get(_moment(bucket))
         if at is not None:
-            lines[which if which >= 0 else len(shown)][at] += float(cost)
-    series = [(usage.label, lines[i]) for i, usage in enumerate(shown)]
-    if any(lines[-1]):
-        series.append(("other", lines[-1]))
-    return Chart(buckets=[int(moment.timestamp()) for moment in buckets], series=series)
+            total[at] += cost
+    charts: dict[str, Chart] = {}
+    for dimension, top in tops.items():
+        shown = top[:CHART_SERIES]
+        place = {usage.value: i for i, usage in enumerate(shown)}
+        # The shown values' own rows (through indexes); "other" is the total less them, so no
+        # query reads every value's rows (5,000 end users a day for a month).
+        costs = [[Decimal(0)] * len(buckets) for _ in shown]
+        if shown:
+            only = (dimension, list(place))
+            for bucket, value, cost in _costs_per_bucket(filters, dimension, only=only, now=now):
+                at = index.get(_moment(bucket))
+                if at is not None and value in place:
+                    costs[place[value]][at] += cost
+        other = [float(t - sum(line[at] for line in costs)) for at, t in enumerate(total)]
+        series = [(usage.label, [float(c) for c in costs[i]]) for i, usage in enumerate(shown)]
+        if any(other):
+            series.append(("other", other))
+        charts[dimension] = Chart(
+            buckets=[int(moment.timestamp()) for moment in buckets], series=series
+        )
+    return charts
+
+
+def _costs_per_bucket(
+    filters: SpendFilters, dimension: str | None, *, only: Only | None, now: datetime
+) -> list[tuple[Any, Any, Decimal]]:
+    """Cost per bucket and value of `dimension` (or in all, without one)."""
+    columns = _by(dimension) if dimension else {}
+    grain = GRAIN[dimension] if dimension else "model"
+    union, params = _grouped_sql(filters, columns, grain=grain, by_bucket=True, now=now, only=only)
+    name = f"d_{dimension}" if dimension else "d_all"
+    sql = f"SELECT u.bucket, u.{name}, COALESCE(SUM(u.s_cost), 0) FROM ({union}) AS u GROUP BY 1, 2"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [(bucket, value, _decimal(cost)) for bucket, value, cost in cursor.fetchall()]
 
 
 def _buckets(filters: SpendFilters) -> list[datetime]:

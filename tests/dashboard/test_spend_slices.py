@@ -299,22 +299,32 @@ def test_a_long_range_reads_day_slices_and_agrees_with_the_runs_and_the_overview
                 usage.value,
             )
 
-    top = usage_by(filters, "end_user", now=NOW)
-    chart = spend_chart(filters, "end_user", top, now=NOW)
-    assert len(chart.buckets) == 4  # four days, the first and last partial
-    for label, line in chart.series:
-        per_day = [
+    days = [(DAY0 + timedelta(days=d)).date() for d in range(4)]
+
+    def cost_per_day(column: str, value: object, *, equal: bool) -> list[float]:
+        return [
             float(
                 sum(
-                    r.cost or 0
-                    for r in runs
-                    if r.end_user == label
-                    and r.accepted_at.date() == (DAY0 + timedelta(days=d)).date()
+                    (
+                        r.cost or Decimal(0)
+                        for r in runs
+                        if r.accepted_at.date() == day and (getattr(r, column) == value) == equal
+                    ),
+                    Decimal(0),
                 )
             )
-            for d in range(4)
+            for day in days
         ]
-        assert line == pytest.approx(per_day), label
+
+    # The first value a line of its own, the rest as "other" (the total less the lines).
+    for dimension, column in (("end_user", "end_user"), ("key", "api_key_id")):
+        top = usage_by(filters, dimension, limit=1, now=NOW)
+        chart = spend_chart(filters, dimension, top, now=NOW)
+        assert len(chart.buckets) == 4  # four days, the first and last partial
+        assert chart.series == [
+            (top[0].label, cost_per_day(column, top[0].value, equal=True)),
+            ("other", cost_per_day(column, top[0].value, equal=False)),
+        ], dimension
 
 
 def test_the_in_process_refresh_slices_each_day_once_it_is_over(
