@@ -114,11 +114,32 @@ def sums_of(rows: object, columns: tuple[str, ...]) -> dict[tuple[Any, ...], tup
 
 def runs_with_error_flag(**where: object) -> list[Run]:
     errors = set(Run.objects.filter(IS_ERROR).values_list("pk", flat=True))
-    runs = list(Run.objects.exclude(status=Run.Status.IN_PROGRESS).filter(**where))
+    # This test's runs only: browser tests elsewhere commit runs of their own.
+    runs = list(
+        Run.objects.exclude(status=Run.Status.IN_PROGRESS).filter(
+            organization__name__startswith="slice-", **where
+        )
+    )
     for run in runs:
         run.is_error = run.pk in errors  # type: ignore[attr-defined]
         run.api_key_id = run.api_key_id or 0
     return runs
+
+
+SLICE_COLUMNS = (
+    "span",
+    "grain",
+    "start",
+    "organization_id",
+    "api_key_id",
+    "end_user",
+    "model",
+    "deployment",
+    "requests",
+    "errors",
+    "cached_tokens",
+    "cost",
+)
 
 
 def run_columns(grain: str) -> tuple[str, ...]:
@@ -148,7 +169,12 @@ def test_each_day_s_slices_sum_to_its_runs(traffic: dict[str, Organization], gra
 @pytest.mark.parametrize("grain", ["model", "key", "deployment"])
 def test_each_hour_s_slices_sum_to_its_runs(traffic: dict[str, Organization], grain: str) -> None:
     usage_rollups_refresh(since=DAY0, until=NOW)
-    hours = sorted({run.accepted_at.replace(minute=0) for run in Run.objects.all()})
+    hours = sorted(
+        {
+            run.accepted_at.replace(minute=0, second=0, microsecond=0)
+            for run in runs_with_error_flag()
+        }
+    )
     assert len(hours) > 10
     for hour in hours:
         runs = runs_with_error_flag(
@@ -208,39 +234,16 @@ def test_a_refresh_mid_hour_then_another_counts_each_run_once(
 
 def test_backfill_slices_rollups_made_before_slices(traffic: dict[str, Organization]) -> None:
     usage_rollups_refresh(since=DAY0, until=NOW)
-    expected = sorted(
-        UsageSlice.objects.values_list(
-            "span",
-            "grain",
-            "start",
-            "organization_id",
-            "api_key_id",
-            "end_user",
-            "model",
-            "deployment",
-            "requests",
-            "cost",
-        )
-    )
+
+    def ours() -> list[tuple[Any, ...]]:
+        # This test's days only: browser tests elsewhere commit rollups of their own.
+        return sorted(UsageSlice.objects.filter(start__gte=DAY0).values_list(*SLICE_COLUMNS))
+
+    expected = ours()
+    assert len(expected) > 50
     UsageSlice.objects.all().delete()
-    assert usage_slices_backfill(until=NOW) == len(expected)
-    assert (
-        sorted(
-            UsageSlice.objects.values_list(
-                "span",
-                "grain",
-                "start",
-                "organization_id",
-                "api_key_id",
-                "end_user",
-                "model",
-                "deployment",
-                "requests",
-                "cost",
-            )
-        )
-        == expected
-    )
+    assert usage_slices_backfill(until=NOW) >= len(expected)
+    assert ours() == expected
 
 
 @pytest.mark.parametrize("organization", ["acme", None])
