@@ -21,6 +21,9 @@ rows. Decisions:
 - **`end_user_all`**: end users over every organization (organization 0), for the page
   without an organization filter: one organization's end users summed together, not one row
   per organization and end user.
+- **No foreign key** to the organization (0 stands for all of them): deleting an
+  organization, which cascades to its runs and rollups, leaves its slices (and its share of
+  the `end_user_all` rows) in place until their hours and days are recomputed.
 - Plain SQL (`INSERT … SELECT … GROUP BY … ON CONFLICT`), the same on Postgres and SQLite:
   the rows never travel through Python.
 """
