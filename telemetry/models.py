@@ -188,10 +188,75 @@ class UsageRollup(models.Model):
                 name="usage_rollup_unique",
             )
         ]
-        indexes = [models.Index(fields=["organization", "hour"], name="rollup_org_hour")]
+        indexes = [
+            models.Index(fields=["organization", "hour"], name="rollup_org_hour"),
+            # The Spend page's cache savings of the end users it lists (their slices keep no
+            # model to price them by).
+            models.Index(fields=["end_user", "hour"], name="rollup_end_user_hour"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.organization_id} {self.hour:%Y-%m-%d %H}:00 {self.model}"
+
+
+class UsageSlice(models.Model):
+    """The rollups summed again over a coarser grain — an hour or a day, and one breakdown's
+    columns only — so a month's Spend page reads thousands of rows, not one per run.
+
+    Derived from `UsageRollup` only (telemetry/services/rollups.py recomputes an hour's slices
+    with its rows, a day's after its hours), so the two always sum alike. A grain keeps the
+    columns its breakdown needs and leaves the others at their defaults; `model` is kept where
+    the breakdown's cache savings need it (priced per model at read time).
+    """
+
+    class Span(models.TextChoices):
+        HOUR = "hour"
+        DAY = "day"
+
+    span = models.CharField(max_length=4, choices=Span.choices)
+    start = models.DateTimeField()
+    grain = models.CharField(max_length=16)  # telemetry.services.rollups.SLICE_GRAINS
+    # A plain number, 0 for the sum over every organization (the `end_user_all` grain); no
+    # foreign key, so the unique key has no NULLs.
+    organization_id = models.BigIntegerField(default=0)
+    api_key_id = models.BigIntegerField(default=0)
+    end_user = models.CharField(max_length=256, default="", blank=True)
+    model = models.CharField(max_length=200, default="", blank=True)
+    deployment = models.CharField(max_length=100, default="", blank=True)
+
+    requests = models.PositiveIntegerField(default=0)
+    errors = models.PositiveIntegerField(default=0)
+    prompt_tokens = models.BigIntegerField(default=0)
+    completion_tokens = models.BigIntegerField(default=0)
+    cached_tokens = models.BigIntegerField(default=0)
+    cost = models.DecimalField(max_digits=20, decimal_places=9, default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=[
+                    "span",
+                    "grain",
+                    "start",
+                    "organization_id",
+                    "api_key_id",
+                    "end_user",
+                    "model",
+                    "deployment",
+                ],
+                name="usage_slice_unique",
+            )
+        ]
+        indexes = [
+            models.Index(
+                fields=["span", "grain", "organization_id", "start"], name="usage_slice_org_start"
+            ),
+            # The Spend page's chart lines: the top end users' own rows.
+            models.Index(fields=["grain", "end_user", "start"], name="usage_slice_end_user"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.span} {self.grain} {self.start:%Y-%m-%d %H}:00 #{self.organization_id}"
 
 
 class Image(models.Model):

@@ -4,6 +4,9 @@ saved, which errors, and how long runs took.
 Sums come from the same two sources as the Overview's (`dashboard/selectors/overview.py`): the
 hourly rollups for the hours before the one of their last refresh, and the runs themselves from
 that hour on (`fresh_since`), so the two pages agree and a run shows the moment it is stored.
+The rollups are read through their slices (telemetry/services/slices.py: the same sums per
+breakdown, by the hour and by the day): a range's whole days from the day slices, its other
+hours from the hourly ones — or, for end users, from the rollups themselves.
 The two grouped queries are put together in SQL (`UNION ALL`, then grouped again), so a
 breakdown by a dimension with many values (end users) is sorted and cut in the database and
 never summed in Python.
@@ -36,21 +39,22 @@ from django.db.models import (
     ExpressionWrapper,
     F,
     IntegerField,
+    Q,
     QuerySet,
     Sum,
     Value,
     When,
 )
 from django.db.models.functions import Coalesce, TruncDay, TruncHour
-from django.db.models.lookups import Exact
 from django.utils import timezone
 
 from dashboard.selectors.catalog import key_labels, organization_names
 from dashboard.selectors.overview import PERCENTILE_SAMPLE, fresh_since
 from gateway.models import CatalogModel
 from telemetry.costs import PER_MILLION
-from telemetry.models import Run, UsageRollup
+from telemetry.models import Run, UsageRollup, UsageSlice
 from telemetry.services.rollups import IS_ERROR, usage_rollups_watermark
+from telemetry.services.slices import GRAINS_BY_SPAN
 
 # The breakdowns, and the column each is grouped by in the rollups and in the runs.
 DIMENSIONS = ("organization", "key", "end_user", "model", "deployment")
@@ -66,6 +70,16 @@ RUN_COLUMN: dict[str, Expression | F] = {
     # 0 for a run without a key, as the rollups store it.
     "key": Coalesce(F("api_key_id"), Value(0), output_field=BigIntegerField()),
 }
+# The slice grain each breakdown (and its chart) is summed from (telemetry/services/slices.py).
+GRAIN = {
+    "organization": "model",
+    "key": "key",
+    "end_user": "end_user",
+    "model": "model",
+    "deployment": "deployment",
+}
+ZERO = timedelta(0)
+NANO = Decimal("1e-9")
 MEASURES = ("requests", "errors", "prompt_tokens", "completion_tokens", "cached_tokens", "cost")
 TOP = 10  # rows of each table on the page (the CSV has them all)
 CHART_SERIES = 5  # lines per chart: the top spenders, then the rest as one
@@ -145,23 +159,85 @@ def _savings_per_token() -> Case | Value:
     return Case(*whens, default=Value(Decimal(0)), output_field=MONEY)
 
 
-def _sources(
-    filters: SpendFilters, *, now: datetime
-) -> tuple[QuerySet[UsageRollup], QuerySet[Run]]:
-    """The rollups before the fresh hours and the finished runs from them on (whole hours)."""
+def _floor_day(moment: datetime) -> datetime:
+    return moment.replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+@dataclass(frozen=True)
+class Periods:
+    """Where the summed rows of a range come from: its whole days from the day slices, its
+    other hours from hourly rows (slices or rollups), and the runs from `fresh` on."""
+
+    hours: list[tuple[datetime, datetime]]
+    days: tuple[datetime, datetime] | None
+    fresh: datetime
+
+
+def _periods(filters: SpendFilters, *, days: bool, now: datetime) -> Periods:
     recent = fresh_since(now, usage_rollups_watermark())
+    start = filters.since.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    # Rolled-up hours are those from `start` before min(until, recent): up to `end`, whole.
+    stop = min(filters.until, recent).astimezone(UTC)
+    end = stop.replace(minute=0, second=0, microsecond=0)
+    end = end if end == stop else end + timedelta(hours=1)
+    first_day = _floor_day(start) + (timedelta(days=1) if start != _floor_day(start) else ZERO)
+    last_day = _floor_day(end)
+    if not days or first_day >= last_day:
+        return Periods(hours=[(start, end)] if start < end else [], days=None, fresh=recent)
+    hours = [(a, b) for a, b in ((start, first_day), (last_day, end)) if a < b]
+    return Periods(hours=hours, days=(first_day, last_day), fresh=recent)
+
+
+def _summed_sources(
+    filters: SpendFilters, grain: str, periods: Periods
+) -> list[tuple[QuerySet[Any], str]]:
+    """The rows summed before the fresh hours, each query with its time column."""
+    org = filters.organization_id
+    sources: list[tuple[QuerySet[Any], str]] = []
+    if periods.hours:
+        if grain in GRAINS_BY_SPAN[UsageSlice.Span.HOUR]:
+            hourly: QuerySet[Any] = UsageSlice.objects.filter(
+                _within(periods.hours, "start"), span=UsageSlice.Span.HOUR, grain=grain
+            )
+            time_column = "start"
+        else:  # end users by the hour: the rollups themselves (a slice would be as large)
+            hourly = UsageRollup.objects.filter(_within(periods.hours, "hour"))
+            time_column = "hour"
+        if org is not None:
+            hourly = hourly.filter(organization_id=org)
+        sources.append((hourly, time_column))
+    if periods.days:
+        first, last = periods.days
+        day_grain = "end_user_all" if grain == "end_user" and org is None else grain
+        daily = UsageSlice.objects.filter(
+            span=UsageSlice.Span.DAY, grain=day_grain, start__gte=first, start__lt=last
+        )
+        if org is not None:
+            daily = daily.filter(organization_id=org)
+        sources.append((daily, "start"))
+    return sources
+
+
+def _within(ranges: list[tuple[datetime, datetime]], column: str) -> Q:
+    """`column` in any of the half-open `ranges`."""
+    condition = Q()
+    for first, last in ranges:
+        condition |= Q(**{f"{column}__gte": first, f"{column}__lt": last})
+    return condition
+
+
+def _fresh_runs(filters: SpendFilters, periods: Periods) -> QuerySet[Run]:
+    """The finished runs from the fresh hours on (whole hours)."""
     start = filters.since.replace(minute=0, second=0, microsecond=0)
-    rollups = UsageRollup.objects.filter(hour__gte=start, hour__lt=min(filters.until, recent))
     runs = Run.objects.filter(
-        accepted_at__gte=max(start, recent), accepted_at__lt=filters.until
+        accepted_at__gte=max(start, periods.fresh), accepted_at__lt=filters.until
     ).exclude(status=Run.Status.IN_PROGRESS)
     if filters.organization_id is not None:
-        rollups = rollups.filter(organization_id=filters.organization_id)
         runs = runs.filter(organization_id=filters.organization_id)
-    return rollups, runs
+    return runs
 
 
-# Columns to group by: a name, and its expression over the rollups and over the runs.
+# Columns to group by: a name, and its expression over the summed rows and over the runs.
 Columns = dict[str, tuple[Expression | F, Expression | F]]
 
 
@@ -169,52 +245,93 @@ def _by(dimension: str) -> Columns:
     return {f"d_{dimension}": (ROLLUP_COLUMN[dimension], RUN_COLUMN[dimension])}
 
 
+# A breakdown's values to keep: the chart's lines, the end users whose savings are priced.
+Only = tuple[str, list[Any]]
+FIELD = {
+    "organization": "organization_id",
+    "key": "api_key_id",
+    "end_user": "end_user",
+    "model": "model",
+    "deployment": "deployment",
+}
+
+
+def _kept(only: Only, *, runs: bool) -> Q:
+    dimension, values = only
+    kept = Q(**{f"{FIELD[dimension]}__in": values})
+    if runs and dimension == "key" and 0 in values:
+        kept |= Q(api_key_id__isnull=True)  # a run without a key is key 0 in the sums
+    return kept
+
+
 def _grouped_sql(
-    filters: SpendFilters, columns: Columns, *, by_bucket: bool, now: datetime
+    filters: SpendFilters,
+    columns: Columns,
+    *,
+    grain: str,
+    by_bucket: bool,
+    now: datetime,
+    only: Only | None = None,
+    day_slices: bool = True,
 ) -> tuple[str, list[Any]]:
-    """Both sources grouped alike (the same columns in the same order), as one `UNION ALL`."""
-    rollups, runs = _sources(filters, now=now)
+    """The summed rows and the fresh runs grouped alike (the same columns in the same order),
+    as one `UNION ALL`; with `only`, the rows of those values only."""
+    # A day slice cannot be cut in hours.
+    days = (filters.bucket == "day" or not by_bucket) and day_slices
+    periods = _periods(filters, days=days, now=now)
+    sources = _summed_sources(filters, grain, periods)
+    runs = _fresh_runs(filters, periods)
+    if only is not None:
+        sources = [(rows.filter(_kept(only, runs=False)), time) for rows, time in sources]
+        runs = runs.filter(_kept(only, runs=True))
     saving = _savings_per_token()
     trunc = TruncDay if filters.bucket == "day" else TruncHour
     # No column (the totals): one constant key, so `values()` does not mean every field.
     columns = columns or {"d_all": (Value(0), Value(0))}
-    keys = list(columns)
-    from_rollups = rollups.annotate(
-        **{name: pair[0] for name, pair in columns.items()},
-        **({"bucket": trunc("hour", tzinfo=UTC)} if by_bucket else {}),
-    )
+    keys = [*columns, *(["bucket"] if by_bucket else [])]
+    parts = []
+    for rows, time_column in sources:
+        summed = rows.annotate(
+            **{name: pair[0] for name, pair in columns.items()},
+            **({"bucket": trunc(time_column, tzinfo=UTC)} if by_bucket else {}),
+        )
+        parts.append(
+            summed.values(*keys).annotate(
+                s_requests=Sum("requests"),
+                s_errors=Sum("errors"),
+                s_prompt=Sum("prompt_tokens"),
+                s_completion=Sum("completion_tokens"),
+                s_cached=Sum("cached_tokens"),
+                s_cost=Sum("cost"),
+                s_saved=Sum(ExpressionWrapper(F("cached_tokens") * saving, output_field=MONEY)),
+            )
+        )
     from_runs = runs.annotate(
         **{name: pair[1] for name, pair in columns.items()},
         **({"bucket": trunc("accepted_at", tzinfo=UTC)} if by_bucket else {}),
     )
-    if by_bucket:
-        keys.append("bucket")
-    rollup_sums = from_rollups.values(*keys).annotate(
-        s_requests=Sum("requests"),
-        s_errors=Sum("errors"),
-        s_prompt=Sum("prompt_tokens"),
-        s_completion=Sum("completion_tokens"),
-        s_cached=Sum("cached_tokens"),
-        s_cost=Sum("cost"),
-        s_saved=Sum(ExpressionWrapper(F("cached_tokens") * saving, output_field=MONEY)),
+    parts.append(
+        from_runs.values(*keys).annotate(
+            s_requests=Count("pk"),
+            s_errors=Count("pk", filter=IS_ERROR),
+            s_prompt=Sum("prompt_tokens"),
+            s_completion=Sum("completion_tokens"),
+            s_cached=Sum("cached_tokens"),
+            s_cost=Sum("cost"),
+            s_saved=Sum(
+                ExpressionWrapper(
+                    Coalesce(F("cached_tokens"), Value(0), output_field=IntegerField()) * saving,
+                    output_field=MONEY,
+                )
+            ),
+        )
     )
-    run_sums = from_runs.values(*keys).annotate(
-        s_requests=Count("pk"),
-        s_errors=Count("pk", filter=IS_ERROR),
-        s_prompt=Sum("prompt_tokens"),
-        s_completion=Sum("completion_tokens"),
-        s_cached=Sum("cached_tokens"),
-        s_cost=Sum("cost"),
-        s_saved=Sum(
-            ExpressionWrapper(
-                Coalesce(F("cached_tokens"), Value(0), output_field=IntegerField()) * saving,
-                output_field=MONEY,
-            )
-        ),
-    )
-    sql_a, params_a = rollup_sums.order_by().query.sql_with_params()
-    sql_b, params_b = run_sums.order_by().query.sql_with_params()
-    return f"{sql_a} UNION ALL {sql_b}", [*params_a, *params_b]
+    sqls, params = [], []
+    for part in parts:
+        sql, part_params = part.order_by().query.sql_with_params()
+        sqls.append(sql)
+        params.extend(part_params)
+    return " UNION ALL ".join(sqls), params
 
 
 OUTER_SUMS = """
@@ -239,12 +356,18 @@ def _usage_of(values: Sequence[Any]) -> Usage:
 
 
 def _decimal(value: Any) -> Decimal:
-    return value if isinstance(value, Decimal) else Decimal(str(value))
+    if isinstance(value, Decimal):
+        return value
+    # A float sum (SQLite's) to the nine places money is stored with: 0.37, not
+    # 0.37000000000000005.
+    return Decimal(str(value)).quantize(NANO) if isinstance(value, float) else Decimal(value)
 
 
 def spend_totals(filters: SpendFilters, *, now: datetime | None = None) -> Usage:
     """The range's sums: requests, errors, tokens, cost and cache savings."""
-    union, params = _grouped_sql(filters, {}, by_bucket=False, now=now or timezone.now())
+    union, params = _grouped_sql(
+        filters, {}, grain="model", by_bucket=False, now=now or timezone.now()
+    )
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT {OUTER_SUMS} FROM ({union}) AS u", params)
         return _usage_of(cursor.fetchone())
@@ -261,8 +384,9 @@ def usage_by(
     """The range's sums per value of `dimension`, the largest `sort` first (ties by value)."""
     if dimension not in DIMENSIONS or sort not in ("cost", "errors", "requests"):
         raise ValueError(f"no breakdown {dimension!r} by {sort!r}")
+    now = now or timezone.now()
     union, params = _grouped_sql(
-        filters, _by(dimension), by_bucket=False, now=now or timezone.now()
+        filters, _by(dimension), grain=GRAIN[dimension], by_bucket=False, now=now
     )
     order = {"requests": 2, "errors": 3, "cost": 7}[sort]  # positions in the SELECT
     sql = f"""
@@ -275,12 +399,36 @@ def usage_by(
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = [(value, _usage_of(sums)) for value, *sums in cursor.fetchall()]
+    if dimension == "end_user" and rows:
+        saved = _end_user_savings(filters, [value for value, _ in rows], now=now)
+        for value, usage in rows:
+            usage.savings = saved.get(value, Decimal(0))
     labels = _labels(dimension, [value for value, _ in rows])
     found = []
     for value, usage in rows:
         usage.value, usage.label = value, labels(value)
         found.append(usage)
     return found
+
+
+def _end_user_savings(
+    filters: SpendFilters, end_users: list[str], *, now: datetime
+) -> dict[str, Decimal]:
+    """What caching saved each of `end_users`, from the rollups: their slices keep no model to
+    price cached tokens by (an index scan on `rollup_end_user_hour`)."""
+    union, params = _grouped_sql(
+        filters,
+        _by("end_user"),
+        grain="end_user",
+        by_bucket=False,
+        now=now,
+        only=("end_user", end_users),
+        day_slices=False,
+    )
+    sql = f"SELECT u.d_end_user, COALESCE(SUM(u.s_saved), 0) FROM ({union}) AS u GROUP BY 1"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return {value: _decimal(saved) / PER_MILLION for value, saved in cursor.fetchall()}
 
 
 def _labels(dimension: str, values: list[Any]) -> Any:
@@ -302,36 +450,57 @@ def spend_chart(
     now: datetime | None = None,
 ) -> Chart:
     """Cost per bucket of each of `top` (values of `dimension`), and of everything else."""
+    return spend_charts(filters, {dimension: top}, now=now)[dimension]
+
+
+def spend_charts(
+    filters: SpendFilters, tops: dict[str, list[Usage]], *, now: datetime | None = None
+) -> dict[str, Chart]:
+    """`spend_chart` of each dimension of `tops` (its top values), the range's total per bucket
+    read once for all."""
     now = now or timezone.now()
-    shown = top[:CHART_SERIES]
-    # Each row's line (its value's place among those shown, -1 for the rest) is worked out in
-    # the grouped queries themselves, so they return lines x buckets rows, not one per value.
-    pick: Columns = {
-        "d_line": tuple(  # type: ignore[dict-item]
-            Case(
-                *(When(Exact(column, Value(u.value)), then=Value(i)) for i, u in enumerate(shown)),
-                default=Value(-1),
-                output_field=IntegerField(),
-            )
-            for column in (ROLLUP_COLUMN[dimension], RUN_COLUMN[dimension])
-        )
-    }
-    union, params = _grouped_sql(filters, pick, by_bucket=True, now=now)
-    sql = f"SELECT u.bucket, u.d_line, COALESCE(SUM(u.s_cost), 0) FROM ({union}) AS u GROUP BY 1, 2"
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
     buckets = _buckets(filters)
     index = {moment: i for i, moment in enumerate(buckets)}
-    lines = [[0.0] * len(buckets) for _ in range(len(shown) + 1)]
-    for bucket, which, cost in rows:
+    total = [Decimal(0)] * len(buckets)
+    for bucket, _, cost in _costs_per_bucket(filters, None, only=None, now=now):
         at = index.get(_moment(bucket))
         if at is not None:
-            lines[which if which >= 0 else len(shown)][at] += float(cost)
-    series = [(usage.label, lines[i]) for i, usage in enumerate(shown)]
-    if any(lines[-1]):
-        series.append(("other", lines[-1]))
-    return Chart(buckets=[int(moment.timestamp()) for moment in buckets], series=series)
+            total[at] += cost
+    charts: dict[str, Chart] = {}
+    for dimension, top in tops.items():
+        shown = top[:CHART_SERIES]
+        place = {usage.value: i for i, usage in enumerate(shown)}
+        # The shown values' own rows (through indexes); "other" is the total less them, so no
+        # query reads every value's rows (5,000 end users a day for a month).
+        costs = [[Decimal(0)] * len(buckets) for _ in shown]
+        if shown:
+            only = (dimension, list(place))
+            for bucket, value, cost in _costs_per_bucket(filters, dimension, only=only, now=now):
+                at = index.get(_moment(bucket))
+                if at is not None and value in place:
+                    costs[place[value]][at] += cost
+        other = [float(t - sum(line[at] for line in costs)) for at, t in enumerate(total)]
+        series = [(usage.label, [float(c) for c in costs[i]]) for i, usage in enumerate(shown)]
+        if any(other):
+            series.append(("other", other))
+        charts[dimension] = Chart(
+            buckets=[int(moment.timestamp()) for moment in buckets], series=series
+        )
+    return charts
+
+
+def _costs_per_bucket(
+    filters: SpendFilters, dimension: str | None, *, only: Only | None, now: datetime
+) -> list[tuple[Any, Any, Decimal]]:
+    """Cost per bucket and value of `dimension` (or in all, without one)."""
+    columns = _by(dimension) if dimension else {}
+    grain = GRAIN[dimension] if dimension else "model"
+    union, params = _grouped_sql(filters, columns, grain=grain, by_bucket=True, now=now, only=only)
+    name = f"d_{dimension}" if dimension else "d_all"
+    sql = f"SELECT u.bucket, u.{name}, COALESCE(SUM(u.s_cost), 0) FROM ({union}) AS u GROUP BY 1, 2"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [(bucket, value, _decimal(cost)) for bucket, value, cost in cursor.fetchall()]
 
 
 def _buckets(filters: SpendFilters) -> list[datetime]:

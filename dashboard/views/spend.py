@@ -19,7 +19,7 @@ from dashboard.selectors.spend import (
     SpendFilters,
     errors_by_code,
     histogram,
-    spend_chart,
+    spend_charts,
     spend_totals,
     usage_by,
 )
@@ -54,7 +54,7 @@ def spend(request: HttpRequest) -> HttpResponse:
     if request.GET.get("format") == "csv" and form.csv_table():
         return _csv(filters, form.csv_table(), now=now)
     breakdowns = {d: usage_by(filters, d, now=now) for d, _ in CHARTED}
-    charts = {d: spend_chart(filters, d, breakdowns[d], now=now).as_json() for d, _ in CHARTED}
+    charts = {d: c.as_json() for d, c in spend_charts(filters, breakdowns, now=now).items()}
     latency, ttft = histogram(filters, "latency"), histogram(filters, "ttft")
     charts["latency"] = {"bins": [b.label for b in latency], "runs": [b.runs for b in latency]}
     charts["ttft"] = {"bins": [b.label for b in ttft], "runs": [b.runs for b in ttft]}
