@@ -15,7 +15,7 @@ def backfill(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
 class Migration(migrations.Migration):
     dependencies = [
         ("accounts", "0003_finish_chunk_delta"),
-        ("telemetry", "0013_run_error_index"),
+        ("telemetry", "0015_run_search"),
     ]
 
     operations = [
