@@ -44,6 +44,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Count, OuterRef, Subquery
 
 from core.db import DatabaseAway, drop_broken_connection
 from core.loops import PerLoop
@@ -215,6 +216,8 @@ def write_batch(items: Sequence[WriterItem], *, replay: bool = False) -> None:
                 Run.objects.filter(pk=run_id).update(**_cut_to_fit(_text_safe(fields)))
         if images:  # after their runs, whose rows they point at
             run_images_write(images)
+        if replay and chunks:
+            _interrupted_runs_recounted({run_id for run_id, *_ in chunks})
         # A run's charge reaches its budgets with its outcome, in one commit (issue 14).
         budget_holds_settle(
             [
@@ -224,6 +227,20 @@ def write_batch(items: Sequence[WriterItem], *, replay: bool = False) -> None:
                 if (charged := fields.get("charged_usd")) is not None
             ]
         )
+
+
+def _interrupted_runs_recounted(run_ids: set[str]) -> None:
+    """Count again the chunks of the runs closed as interrupted: a live worker closed them with
+    the chunks stored then, and a dead writer's log, claimed later (`telemetry.chunklog`),
+    may hold more that its clients received. Only on replay, a rare path."""
+    Run.objects.filter(pk__in=run_ids, status=Run.Status.INTERRUPTED).update(
+        chunk_count=Subquery(
+            RunChunk.objects.filter(run_id=OuterRef("pk"))
+            .values("run_id")
+            .annotate(stored=Count("*"))
+            .values("stored")
+        )
+    )
 
 
 def database_reachable() -> bool:

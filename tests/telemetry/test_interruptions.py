@@ -193,6 +193,34 @@ def test_chunks_and_an_outcome_that_arrive_late_are_stored_on_an_interrupted_run
     assert (streaming.status, streaming.chunk_count) == (Run.Status.COMPLETED, 3)
 
 
+def test_chunks_replayed_after_the_run_was_closed_as_interrupted_are_counted(
+    org: Organization,
+) -> None:
+    """A dead writer's log, claimed by a live writer after a sweep closed the run with the
+    chunks stored then: the run's count takes in the chunks its clients had received."""
+    dead = lease(expired=True)
+    streaming = run(org, worker=dead, chunks=2)
+    finished = run(org, worker=dead, status=Run.Status.COMPLETED, chunks=1)
+    assert closed_of(org) == 1
+    streaming.refresh_from_db()
+    assert streaming.chunk_count == 2
+
+    write_batch(
+        [
+            ChunkSent(streaming.id, 2, 3_500_000, b"data: late\n\n"),
+            ChunkSent(streaming.id, 3, 3_600_000, b"data: later\n\n"),
+            ChunkSent(finished.id, 0, 1_000_000, b"data: {}\n\n"),  # already stored
+        ],
+        replay=True,
+    )
+
+    streaming.refresh_from_db()
+    assert (streaming.status, streaming.chunk_count) == (Run.Status.INTERRUPTED, 4)
+    assert RunChunk.objects.filter(run=streaming).count() == 4
+    finished.refresh_from_db()
+    assert finished.chunk_count == 0  # a run that closed itself keeps the count it stored
+
+
 def test_a_worker_that_was_only_cut_off_reopens_the_runs_closed_against_it(
     org: Organization,
 ) -> None:
