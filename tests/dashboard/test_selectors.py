@@ -3,7 +3,6 @@ the overview's sums and percentiles, and replies put back together from chunks."
 
 from __future__ import annotations
 
-import itertools
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
@@ -32,33 +31,19 @@ from gateway.tokens import default_counter
 from telemetry.models import Run, RunChunk, UsageRollup, WorkerLease
 from telemetry.services.interruptions import runs_interrupt_orphaned
 from telemetry.services.rollups import WATERMARK_KEY, usage_rollups_refresh
+from tests.support.runs import finished_run
 
 pytestmark = pytest.mark.django_db
 
 T0 = datetime(2031, 3, 4, 10, 0, tzinfo=UTC)
-_ids = itertools.count(1)
 
 
 def make_run(organization: Organization, **fields: object) -> Run:
-    accepted = fields.pop("accepted_at", T0)
-    defaults: dict[str, object] = {
-        "status": Run.Status.COMPLETED,
-        "http_status": 200,
-        "model": "m-a",
-        "deployment": "d-a",
-        "finished_at": accepted + timedelta(milliseconds=500),
-        "first_token_at": accepted + timedelta(milliseconds=100),
-        "prompt_tokens": 100,
-        "completion_tokens": 10,
-        "cached_tokens": 0,
-        "cost": Decimal("0.001"),
-    }
-    defaults.update(fields)
-    return Run.objects.create(
-        id=f"chatcmpl-{next(_ids):024x}",
-        organization=organization,
-        accepted_at=accepted,
-        **defaults,
+    return finished_run(
+        organization,
+        fields.pop("accepted_at", T0),  # type: ignore[arg-type]
+        ttft_ms=100,
+        **{"model": "m-a", "deployment": "d-a", **fields},
     )
 
 

@@ -4,7 +4,6 @@ cache savings in money, errors by code, and the latency and TTFT histograms."""
 
 from __future__ import annotations
 
-import itertools
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -26,6 +25,7 @@ from dashboard.selectors.spend import (
 from gateway.models import CatalogModel, Deployment
 from telemetry.models import Run
 from telemetry.services.rollups import WATERMARK_KEY, usage_rollups_refresh
+from tests.support.runs import finished_run
 
 pytestmark = pytest.mark.django_db
 
@@ -33,30 +33,16 @@ pytestmark = pytest.mark.django_db
 # rollups, the rest from the runs.
 T0 = datetime(2031, 6, 7, 10, 0, tzinfo=UTC)
 NOW = T0 + timedelta(hours=3, minutes=30)
-_ids = itertools.count(1)
 
 
 def make_run(organization: Organization, **fields: object) -> Run:
-    accepted = fields.pop("accepted_at", T0)
-    latency = fields.pop("latency_ms", 500)
-    defaults: dict[str, object] = {
-        "status": Run.Status.COMPLETED,
-        "http_status": 200,
-        "model": "spend-a",
-        "deployment": "dep-a",
-        "finished_at": accepted + timedelta(milliseconds=latency),
-        "first_token_at": accepted + timedelta(milliseconds=latency // 10),
-        "prompt_tokens": 100,
-        "completion_tokens": 10,
-        "cached_tokens": 0,
-        "cost": Decimal("0.001"),
-    }
-    defaults.update(fields)
-    return Run.objects.create(
-        id=f"chatcmpl-{next(_ids):024x}",
-        organization=organization,
-        accepted_at=accepted,
-        **defaults,
+    latency = int(fields.pop("latency_ms", 500))  # type: ignore[call-overload]
+    return finished_run(
+        organization,
+        fields.pop("accepted_at", T0),  # type: ignore[arg-type]
+        latency_ms=latency,
+        ttft_ms=latency // 10,
+        **{"model": "spend-a", "deployment": "dep-a", **fields},
     )
 
 

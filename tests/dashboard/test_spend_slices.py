@@ -4,7 +4,6 @@ them — partial first and last days included — agreeing with the runs and wit
 
 from __future__ import annotations
 
-import itertools
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -27,33 +26,17 @@ from telemetry.services.rollups import (
     usage_rollups_refresh,
 )
 from telemetry.services.slices import SLICE_GRAINS, usage_slices_backfill
+from tests.support.runs import finished_run
 
 pytestmark = pytest.mark.django_db
 
 # Four days of runs, the first and last partial; "now" is in the last one.
 DAY0 = datetime(2031, 3, 9, tzinfo=UTC)
 NOW = DAY0 + timedelta(days=3, hours=14, minutes=20)
-_ids = itertools.count(1)
 
 
 def make_run(organization: Organization, accepted: datetime, **fields: object) -> Run:
-    defaults: dict[str, object] = {
-        "status": Run.Status.COMPLETED,
-        "http_status": 200,
-        "finished_at": accepted + timedelta(milliseconds=700),
-        "first_token_at": accepted + timedelta(milliseconds=70),
-        "prompt_tokens": 100,
-        "completion_tokens": 10,
-        "cached_tokens": 0,
-        "cost": Decimal("0.001"),
-    }
-    defaults.update(fields)
-    return Run.objects.create(
-        id=f"chatcmpl-slice{next(_ids):019x}",
-        organization=organization,
-        accepted_at=accepted,
-        **defaults,
-    )
+    return finished_run(organization, accepted, latency_ms=700, ttft_ms=70, **fields)
 
 
 @pytest.fixture

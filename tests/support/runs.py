@@ -1,0 +1,44 @@
+"""Finished runs written straight to the run store, for the tests of what reads it (the
+dashboard's selectors, the rollups and their slices)."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from accounts.models import Organization
+from telemetry.models import Run
+
+# One counter for every test module: ids never collide within a run of the suite, and a
+# test's runs sort by id in the order it made them.
+_ids = itertools.count(1)
+
+
+def finished_run(
+    organization: Organization,
+    accepted_at: datetime,
+    *,
+    latency_ms: int = 500,
+    ttft_ms: int = 50,
+    **fields: object,
+) -> Run:
+    """A completed run accepted at `accepted_at`: 100 prompt and 10 completion tokens for
+    $0.001, its first token after `ttft_ms` and its last after `latency_ms`; `fields` override."""
+    values: dict[str, object] = {
+        "status": Run.Status.COMPLETED,
+        "http_status": 200,
+        "finished_at": accepted_at + timedelta(milliseconds=latency_ms),
+        "first_token_at": accepted_at + timedelta(milliseconds=ttft_ms),
+        "prompt_tokens": 100,
+        "completion_tokens": 10,
+        "cached_tokens": 0,
+        "cost": Decimal("0.001"),
+        **fields,
+    }
+    return Run.objects.create(
+        id=f"chatcmpl-{next(_ids):024x}",
+        organization=organization,
+        accepted_at=accepted_at,
+        **values,
+    )
