@@ -46,6 +46,17 @@ def ws_url(server: ServerProcess) -> str:
     return f"ws://127.0.0.1:{server.port}/ws/telemetry/"
 
 
+async def request_sent(server: ServerProcess, tenant: Tenant) -> str:
+    """Send one chat completion (off the event loop); its run id."""
+    response = await asyncio.to_thread(
+        httpx.post,
+        f"{server.base_url}/v1/chat/completions",
+        content=orjson.dumps({"messages": [{"role": "user", "content": "hi"}], "stream": False}),
+        headers={"Authorization": f"Bearer {tenant.secret}"},
+    )
+    return response.headers["X-Mortar-Run-Id"]
+
+
 def test_staff_see_events_live(mortar_server: ServerProcess, tenant: Tenant, staff_user) -> None:
     cookie = session_cookie(mortar_server, staff_user)
 
@@ -54,15 +65,7 @@ def test_staff_see_events_live(mortar_server: ServerProcess, tenant: Tenant, sta
             ws_url(mortar_server),
             additional_headers={"Cookie": f"sessionid={cookie}", "Origin": mortar_server.base_url},
         ) as socket:
-            response = await asyncio.to_thread(
-                httpx.post,
-                f"{mortar_server.base_url}/v1/chat/completions",
-                content=orjson.dumps(
-                    {"messages": [{"role": "user", "content": "hi"}], "stream": False}
-                ),
-                headers={"Authorization": f"Bearer {tenant.secret}"},
-            )
-            run_id = response.headers["X-Mortar-Run-Id"]
+            run_id = await request_sent(mortar_server, tenant)
             events = []
             while not any(e["type"] == "cost" and e["runId"] == run_id for e in events):
                 events.append(json.loads(await asyncio.wait_for(socket.recv(), 10)))
@@ -116,15 +119,7 @@ def test_a_socket_left_idle_longer_than_a_redis_read_timeout_still_gets_events(
         ) as socket:
             with pytest.raises(TimeoutError):  # nothing happens for longer than 5 s
                 await asyncio.wait_for(socket.recv(), 8)
-            response = await asyncio.to_thread(
-                httpx.post,
-                f"{mortar_server.base_url}/v1/chat/completions",
-                content=orjson.dumps(
-                    {"messages": [{"role": "user", "content": "hi"}], "stream": False}
-                ),
-                headers={"Authorization": f"Bearer {tenant.secret}"},
-            )
-            run_id = response.headers["X-Mortar-Run-Id"]
+            run_id = await request_sent(mortar_server, tenant)
             types = []
             while "cost" not in types:
                 event = json.loads(await asyncio.wait_for(socket.recv(), 10))
