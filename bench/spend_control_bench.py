@@ -41,22 +41,13 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 import django  # noqa: E402
 
-subprocess.run(
-    [
-        "psql",
-        "-h",
-        "127.0.0.1",
-        "-U",
-        "postgres",
-        "-qc",
-        f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)",
-    ],
-    check=True,
-)
-subprocess.run(
-    ["psql", "-h", "127.0.0.1", "-U", "postgres", "-qc", f"CREATE DATABASE {DATABASE}"],
-    check=True,
-)
+
+def psql(command: str, *, check: bool = True) -> None:
+    subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-qc", command], check=check)
+
+
+psql(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
+psql(f"CREATE DATABASE {DATABASE}")
 django.setup()
 
 import uvloop  # noqa: E402
@@ -201,15 +192,4 @@ if __name__ == "__main__":
         uvloop.run(main(parser.parse_args()))
     finally:
         connection.close()
-        subprocess.run(
-            [
-                "psql",
-                "-h",
-                "127.0.0.1",
-                "-U",
-                "postgres",
-                "-qc",
-                f"DROP DATABASE {DATABASE} WITH (FORCE)",
-            ],
-            check=False,
-        )
+        psql(f"DROP DATABASE {DATABASE} WITH (FORCE)", check=False)
