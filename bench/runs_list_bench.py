@@ -140,19 +140,13 @@ def setup_django() -> None:
     call_command("migrate", verbosity=0)
 
 
-def seed(*, reseed: bool, runs: int = RUNS) -> int:
+def seed_owners() -> None:
+    """The organizations and keys the seeded runs belong to (`SEED_SQL` numbers them), and a
+    staff user to read the pages as."""
     from django.contrib.auth.models import User
-    from django.db import connection
 
     from accounts.models import ApiKey, Organization
-    from telemetry.models import Run
 
-    if reseed:
-        with connection.cursor() as cursor:
-            cursor.execute("TRUNCATE telemetry_run CASCADE")  # chunks, images, holds
-    have = Run.objects.count()
-    if have >= runs and Run.objects.exclude(prompt_text="").exists():
-        return have  # (seeded before runs had text: seed again)
     organizations = [
         Organization.objects.get_or_create(name=f"bench-org-{i:02d}")[0] for i in range(20)
     ]
@@ -168,6 +162,20 @@ def seed(*, reseed: bool, runs: int = RUNS) -> int:
         )
     if not User.objects.filter(username="bench-staff").exists():
         User.objects.create_user("bench-staff", is_staff=True)
+
+
+def seed(*, reseed: bool, runs: int = RUNS) -> int:
+    from django.db import connection
+
+    from telemetry.models import Run
+
+    if reseed:
+        with connection.cursor() as cursor:
+            cursor.execute("TRUNCATE telemetry_run CASCADE")  # chunks, images, holds
+    have = Run.objects.count()
+    if have >= runs and Run.objects.exclude(prompt_text="").exists():
+        return have  # (seeded before runs had text: seed again)
+    seed_owners()
     # The migration that made the search indexes: its CREATE and DROP statements.
     run_search = importlib.import_module("telemetry.migrations.0015_run_search")
     started = time.perf_counter()

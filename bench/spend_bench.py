@@ -42,29 +42,14 @@ def median_ms(action: Callable[[], object]) -> float:
 
 def seed(*, reseed: bool) -> int:
     """The runs list bench's million runs (its SQL, organizations and keys)."""
-    from django.contrib.auth.models import User
     from django.db import connection
 
-    from accounts.models import ApiKey, Organization
     from telemetry.models import Run
 
     have = 0 if reseed else Run.objects.count()
     if have >= seeding.RUNS:
         return have
-    organizations = [
-        Organization.objects.get_or_create(name=f"bench-org-{i:02d}")[0] for i in range(20)
-    ]
-    if ApiKey.objects.count() < 100:
-        ApiKey.objects.bulk_create(
-            ApiKey(
-                organization=organizations[i % 20],
-                name=f"bench-{i}",
-                prefix=f"mk-bench{i:03d}",
-                digest=f"{i:064x}",
-            )
-            for i in range(100)
-        )
-    User.objects.get_or_create(username="bench-staff", defaults={"is_staff": True})
+    seeding.seed_owners()
     began = time.perf_counter()
     with connection.cursor() as cursor:
         # CASCADE: the runs' image links and the rollups refer to the runs' tables.
