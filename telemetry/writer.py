@@ -366,6 +366,12 @@ class RunWriter:
         if self._task is None or self._task.done():
             self.start()
 
+    def log_now(self) -> None:
+        """Write the crash log's buffer now, not at the end of this loop pass: call it before
+        bytes a client receives leave the process, so a kill between the two cannot lose a
+        chunk its client has (one write() to the page cache, a few µs)."""
+        self._log.flush()
+
     def start(self) -> None:
         """Start writing in the running loop (and drain what dead processes left behind)."""
         if self._closing:
