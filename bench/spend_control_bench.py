@@ -3,11 +3,11 @@ limits, as the pipeline runs them, against the real Postgres and Redis (issue 14
 
 Each simulated request takes the path of a request whose organization and key both have a budget
 and requests and tokens per minute (too large to refuse anything) on a priced model:
-`rate_limits_check` (one EVALSHA, awaited), `hold_for` (the hold, batched with the loop's
-others onto the ledger's thread: one round trip and one commit a batch), the `x-ratelimit-*`
-headers, the generation (one loop pass), the charge, the settlement (on a thread of its own, in
-batches, as the run writer does it in its transaction) and the usage counted against the token
-limits. CONCURRENCY requests interleave on one event loop (uvloop, as `make serve` runs).
+`rate_limits_check` (one EVALSHA, awaited), `hold_for` (from the worker's slice of the
+budgets, in memory; the ledger's thread, batched, only for the first hold and each slice), the
+`x-ratelimit-*` headers, the generation (one loop pass), the charge, the draws and the
+settlement (on a thread of its own, in batches, as the run writer does them in its
+transaction) and the usage counted against the token limits. CONCURRENCY requests interleave on one event loop (uvloop, as `make serve` runs).
 
 Prints the process's CPU per request (process time: every thread) less the same loop doing
 nothing but its awaits, per concurrency; the median of the rounds. `make bench` measures the
@@ -61,7 +61,8 @@ from gateway.pipeline.limits import count_usage, rate_limits_check  # noqa: E402
 from gateway.pipeline.plan import Plan  # noqa: E402
 from gateway.pipeline.surface import CHAT_COMPLETIONS  # noqa: E402
 from telemetry.costs import Prices, usage_cost  # noqa: E402
-from telemetry.services.budgets import budget_holds_settle  # noqa: E402
+from telemetry.records import BudgetDraw  # noqa: E402
+from telemetry.services.budgets import budget_draws_take, budget_holds_settle  # noqa: E402
 
 PRICES = Prices(input=Decimal("0.20"), cached_input=Decimal("0.05"), output=Decimal("0.60"))
 PROMPT, COMPLETION, MAX_TOKENS = 420, 180, 1024
@@ -85,23 +86,28 @@ def bench_key() -> ApiKey:
 
 
 class Settlements:
-    """The charges, settled in batches on a thread of its own (as the run writer does)."""
+    """The charges, settled in batches on a thread of its own (as the run writer does, with the
+    draws from the worker's slices taken first, as its runs' inserts take them)."""
 
     def __init__(self) -> None:
         self.thread = ThreadPoolExecutor(1, thread_name_prefix="bench-settle")
         self.pending: list[tuple[str, Decimal]] = []
+        self.draws: list[BudgetDraw] = []
         self.batches: list[asyncio.Future[None]] = []
 
-    def add(self, run_id: str, cost: Decimal) -> None:
+    def add(self, run_id: str, cost: Decimal, draw: BudgetDraw | None) -> None:
         self.pending.append((run_id, cost))
+        if draw is not None:
+            self.draws.append(draw)
         if len(self.pending) >= 32:
             self.flush()
 
     def flush(self) -> None:
         batch, self.pending = self.pending, []
+        draws, self.draws = self.draws, []
         if batch:
             self.batches.append(
-                asyncio.get_running_loop().run_in_executor(self.thread, _settle, batch)
+                asyncio.get_running_loop().run_in_executor(self.thread, _settle, batch, draws)
             )
 
     async def wait(self) -> None:
@@ -110,8 +116,9 @@ class Settlements:
         self.batches.clear()
 
 
-def _settle(batch: list[tuple[str, Decimal]]) -> None:
+def _settle(batch: list[tuple[str, Decimal]], draws: list[BudgetDraw]) -> None:
     with transaction.atomic():
+        budget_draws_take(draws)
         budget_holds_settle(batch)
 
 
@@ -130,7 +137,7 @@ async def one_request(key: ApiKey, settlements: Settlements) -> None:
     assert held is not None and plan.rate_limits is not None
     plan.rate_limits.headers()
     await asyncio.sleep(0)  # the generation
-    settlements.add(plan.run_id, held.charge(usage_cost(USAGE, PRICES)))
+    settlements.add(plan.run_id, held.charge(usage_cost(USAGE, PRICES)), held.draw)
     count_usage(plan.rate_limits, PROMPT, USAGE)
 
 

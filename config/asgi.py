@@ -32,6 +32,7 @@ from core.termination import on_termination  # noqa: E402
 from core.tracing import trace_requests, tracing_start, tracing_stop  # noqa: E402
 from dashboard.websockets import websocket_urlpatterns  # noqa: E402
 from gateway.api import CHAT_COMPLETIONS_PATH  # noqa: E402
+from gateway.budgets import release_budget_slices  # noqa: E402
 from gateway.coordination.shutdown import stop_generations_after  # noqa: E402
 from gateway.coordination.stop import live_generations  # noqa: E402
 from gateway.tokens import default_counter  # noqa: E402
@@ -128,6 +129,7 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
         elif message["type"] == "lifespan.shutdown":
             await telemetry_feed().close()
             await close_run_writer()  # flush what is queued before the process ends
+            await release_budget_slices()
             await stop_worker_heartbeat()  # after the flush: its runs are closed by now
             await close_clients()
             await backplane().close()  # a stop request no longer waits for this worker

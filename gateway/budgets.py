@@ -25,14 +25,17 @@ from core.db import database_call_on, database_read
 from core.derived import PerObject
 from core.errors import BackendUnavailable, InsufficientQuota
 from core.loops import PerLoop
+from gateway.budget_slices import BudgetSlices, slices_enabled
 from telemetry.costs import Prices
 from telemetry.models import BudgetSpend
+from telemetry.records import BudgetDraw
 from telemetry.services.budgets import (
     Budget,
     Held,
     HoldRequest,
     Standing,
     budget_holds,
+    budget_slice_release,
     budget_standing,
     charge_for,
     to_micro,
@@ -83,6 +86,8 @@ class HeldBudget:
     run_id: str
     amount_usd: Decimal
     max_tokens: int
+    # Held from the worker's slice (`gateway.budget_slices`): the draw the run's row carries.
+    draw: BudgetDraw | None = None
     charged_usd: Decimal | None = None
 
     def charge(self, cost: Decimal) -> Decimal:
@@ -165,6 +170,27 @@ def _fail(
 hold_batches = PerLoop(HoldBatches)
 
 
+async def _ledger_hold(request: HoldRequest) -> Held | InsufficientQuota:
+    return await hold_batches().hold(request)
+
+
+async def _ledger_release(slice_id: str, amount: Decimal) -> None:
+    await database_call_on(
+        LEDGER_THREADS, functools.partial(budget_slice_release, slice_id, amount)
+    )
+
+
+budget_slices = PerLoop(functools.partial(BudgetSlices, hold=_ledger_hold, release=_ledger_release))
+
+
+async def release_budget_slices() -> None:
+    """Give back what this worker reserved and did not draw (it is stopping); what cannot be
+    given back now expires and is released by the reconciliation."""
+    slices = budget_slices.current()
+    if slices is not None:
+        await slices.release_all()
+
+
 async def hold_for(
     *,
     run_id: str,
@@ -181,10 +207,19 @@ async def hold_for(
         return None
     expires_at = datetime.now(UTC) + timedelta(seconds=total_timeout_s) + HOLD_MARGIN
     request = HoldRequest(run_id, budgets, prompt_tokens, max_tokens, prices, expires_at)
-    held = await hold_batches().hold(request)
-    if isinstance(held, InsufficientQuota):
-        raise held
-    return HeldBudget(run_id=run_id, amount_usd=held.amount_usd, max_tokens=held.max_tokens)
+    if slices_enabled():
+        slices = budget_slices()
+        from_slice = await slices.hold(request)
+        if from_slice is not None:
+            held, draw = from_slice
+            return HeldBudget(run_id, held.amount_usd, held.max_tokens, draw=draw)
+        answer = await hold_batches().hold(request)
+        slices.noted(budgets, answer)
+    else:
+        answer = await hold_batches().hold(request)
+    if isinstance(answer, InsufficientQuota):
+        raise answer
+    return HeldBudget(run_id=run_id, amount_usd=answer.amount_usd, max_tokens=answer.max_tokens)
 
 
 def _decimal_text(amount: Decimal) -> str:

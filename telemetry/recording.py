@@ -18,7 +18,7 @@ from core.tracing import step
 from telemetry import metrics
 from telemetry.events import EventPublisher
 from telemetry.models import Run
-from telemetry.records import ImageRecord, RunFields, RunOutcome
+from telemetry.records import BudgetDraw, ImageRecord, RunFields, RunOutcome
 from telemetry.request_log import request_logged
 from telemetry.writer import ChunkSent, RunClosed, RunOpened, RunWriter
 
@@ -60,6 +60,7 @@ class RunRecorder:
         }
         self._late_fields: RunFields = {}
         self._images: tuple[ImageRecord, ...] = ()
+        self._budget_draw: BudgetDraw | None = None
         self._early_chunks: list[ChunkSent] = []
         self._opened = False
         self._closed = False
@@ -75,6 +76,11 @@ class RunRecorder:
             self._late_fields.update(fields)
         else:
             self._fields.update(fields)
+
+    def set_budget_draw(self, draw: BudgetDraw) -> None:
+        """What the run drew from its worker's slice of its budgets (before it is opened): it
+        travels in the run's opened row, so the writer takes it with the run's insert."""
+        self._budget_draw = draw
 
     def set_images(self, images: Sequence[ImageRecord]) -> None:
         """Note the images the request carries: stored with its body, once each by content."""
@@ -123,7 +129,9 @@ class RunRecorder:
         it: the stored body names them)."""
         keeps_images = self.keep_content or keep_body
         return RunOpened(
-            self._stored(self._fields, keep_body=keep_body), self._images if keeps_images else ()
+            self._stored(self._fields, keep_body=keep_body),
+            self._images if keeps_images else (),
+            self._budget_draw,
         )
 
     # -- the run's life ------------------------------------------------------------------
@@ -167,8 +175,7 @@ class RunRecorder:
     def sending(self) -> None:
         """The chunks recorded so far are about to reach the client: make them survive a kill
         of this process from now on (the writer's crash log, written now)."""
-        if self.keep_content:
-            self._writer.log_now()
+        self._writer.log_now()
 
     def mark_first_token(self) -> None:
         if self.first_token_at is None:

@@ -102,3 +102,14 @@ class ImageRecord(NamedTuple):
     width: int
     height: int
     param: str  # where the request carried it: `messages[0].content[1]`
+
+
+class BudgetDraw(NamedTuple):
+    """What a run drew from its worker's slice of its budgets (`gateway.budget_slices`): part of
+    the run's opened row, so the writer turns it into the run's own hold with the run's first
+    insert (`telemetry.services.budgets.budget_draws_take`)."""
+
+    run_id: str
+    slice_id: str
+    amount_usd: Decimal
+    prompt_usd: Decimal

@@ -52,9 +52,9 @@ from telemetry import chunklog, postgres_writes
 from telemetry.images import RunImages, fields_with_references, hashed, run_images_write
 from telemetry.metrics import writer_depth
 from telemetry.models import Run, RunChunk
-from telemetry.records import ImageRecord, RunFields
+from telemetry.records import BudgetDraw, ImageRecord, RunFields
 from telemetry.search_text import prompt_text
-from telemetry.services.budgets import budget_holds_settle
+from telemetry.services.budgets import budget_draws_take, budget_holds_settle
 from telemetry.spool import Row, Spool
 
 logger = logging.getLogger(__name__)
@@ -83,6 +83,8 @@ class RunOpened(NamedTuple):
     fields: RunFields
     # The images its request carried, stored once each by content (`telemetry.images`).
     images: tuple[ImageRecord, ...] = ()
+    # What it drew from its worker's slice of its budgets: its hold, taken with its insert.
+    budget: BudgetDraw | None = None
 
 
 class ChunkSent(NamedTuple):
@@ -105,6 +107,9 @@ def encode_row(item: WriterItem) -> Row:
     if isinstance(item, ChunkSent):
         return ("c", item.run_id, item.seq, item.offset_us, item.data)
     if isinstance(item, RunOpened):
+        if item.budget is not None:
+            images = [tuple(image) for image in item.images]
+            return ("o", item.fields, images, tuple(item.budget))
         if item.images:
             return ("o", item.fields, [tuple(image) for image in item.images])
         return ("o", item.fields)
@@ -118,7 +123,8 @@ def decode_row(row: Row) -> WriterItem:
         return ChunkSent._make(row[1:])
     if kind == "o":
         images = tuple(ImageRecord._make(image) for image in row[2]) if len(row) > 2 else ()
-        return RunOpened(row[1], images)
+        budget = BudgetDraw._make(row[3]) if len(row) > 3 else None
+        return RunOpened(row[1], images, budget)
     if kind == "x":
         return RunClosed._make(row[1:])
     raise ValueError(f"unknown spooled row kind {kind!r}")
@@ -166,12 +172,15 @@ def write_batch(items: Sequence[WriterItem], *, replay: bool = False) -> None:
     updates: dict[str, RunFields] = {}
     chunks: list[ChunkSent] = []
     images: list[RunImages] = []
+    draws: dict[str, BudgetDraw] = {}
     # The items' own dicts are used as they are, never changed: a batch that fails is tried
     # again, or spooled, as it came. Merging two makes a new dict.
     for item in items:
         if isinstance(item, ChunkSent):
             chunks.append(item)
         elif isinstance(item, RunOpened):
+            if item.budget is not None:
+                draws[item.budget.run_id] = item.budget
             fields = _with_prompt_text(item.fields)
             if item.images:
                 # The bodies name each image instead of repeating its bytes.
@@ -195,13 +204,17 @@ def write_batch(items: Sequence[WriterItem], *, replay: bool = False) -> None:
             # Raw psycopg calls, wrapped so their errors become Django's (and mark the
             # connection as having failed, for `drop_broken_connection`).
             with connection.wrap_database_errors:
-                postgres_writes.write(
+                inserted = postgres_writes.write(
                     connection.connection,
                     new_runs=list(new_runs.values()),
                     chunks=chunks,
                     updates=updates,
                     replay=replay,
                 )
+            # A draw is taken with its run's first insert, never again on a replay.
+            budget_draws_take(
+                [draw for run_id, draw in draws.items() if inserted is None or run_id in inserted]
+            )
         else:  # SQLite, the embedded default: plain ORM writes, conflicts ignored
             Run.objects.bulk_create(
                 [Run(**_text_safe(fields)) for fields in new_runs.values()],

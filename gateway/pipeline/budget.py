@@ -33,6 +33,8 @@ async def hold_budget(key: ApiKey, recorder: RunRecorder, decided: Plan) -> None
     decided.budget = held
     decided.max_tokens = held.max_tokens
     recorder.set(held_usd=held.amount_usd)
+    if held.draw is not None:
+        recorder.set_budget_draw(held.draw)
 
 
 def release_budget(recorder: RunRecorder, decided: Plan) -> None:

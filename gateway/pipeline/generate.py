@@ -52,6 +52,9 @@ async def generate(
             )
         )
     recorder.open(stream=plan.stream, max_tokens=plan.max_tokens, upstream_request=upstream_request)
+    # In the crash log before the model server has the prompt: a worker killed from here on
+    # leaves a run (and its budget draw) the next worker stores, and charges.
+    recorder.sending()
     recorder.publish("optimizer.report", report=plan.optimizer_report.as_dict())
     live = live_generations()
 

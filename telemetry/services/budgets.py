@@ -22,6 +22,7 @@ pass its budget, whatever a model server reports).
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -38,6 +39,9 @@ from psycopg.types.json import Jsonb
 from core.errors import InsufficientQuota
 from telemetry.costs import PER_MILLION, Prices
 from telemetry.models import BudgetHold, BudgetSpend, Run
+from telemetry.records import BudgetDraw
+
+logger = logging.getLogger(__name__)
 
 MICRO = Decimal("0.000001")
 TOTAL_PERIOD_START = date(1970, 1, 1)
@@ -59,11 +63,13 @@ class Budget:
 
 @dataclass(frozen=True)
 class Held:
-    """What a hold took: the output cap it pays for, its amount, and the prompt's part."""
+    """What a hold took: the output cap it pays for, its amount, and the prompt's part; and
+    what the tightest budget had left before it (where the worker's slices start from)."""
 
     max_tokens: int
     amount_usd: Decimal
     prompt_usd: Decimal
+    remaining_usd: Decimal
 
 
 @dataclass(frozen=True)
@@ -212,7 +218,9 @@ def _sqlite_hold(request: HoldRequest, *, now: datetime) -> Held:
             prompt_usd=to_micro(prompt_cost),
             expires_at=expires_at,
         )
-    return Held(max_tokens=cap, amount_usd=amount, prompt_usd=to_micro(prompt_cost))
+    return Held(
+        max_tokens=cap, amount_usd=amount, prompt_usd=to_micro(prompt_cost), remaining_usd=remaining
+    )
 
 
 def _refusal(needed: Decimal, remaining: Decimal) -> InsufficientQuota:
@@ -276,9 +284,52 @@ def _postgres_holds(
             answers.append(_refusal(prompt_cost + request.per_token, remaining))
         else:
             answers.append(
-                Held(max_tokens=cap, amount_usd=amount, prompt_usd=to_micro(prompt_cost))
+                Held(
+                    max_tokens=cap,
+                    amount_usd=amount,
+                    prompt_usd=to_micro(prompt_cost),
+                    remaining_usd=remaining,
+                )
             )
     return answers
+
+
+_DRAWS = "SELECT mortar_budget_draws(%s)"
+_RELEASE = "SELECT mortar_budget_release(%s, %s)"
+
+
+def budget_draws_take(draws: Sequence[BudgetDraw]) -> None:
+    """Turn what runs drew from their workers' slices into holds of their own, in the caller's
+    transaction (the run writer's, which stores the runs: each draw is taken with its run's
+    first insert, so a replayed row never takes it twice). A slice's amount moves to its runs'
+    holds; the budgets' `held_usd` already counts it."""
+    if not draws:
+        return
+    payload = Jsonb(
+        [
+            {
+                "run_id": draw.run_id,
+                "slice_id": draw.slice_id,
+                "amount": str(draw.amount_usd),
+                "prompt_usd": str(draw.prompt_usd),
+            }
+            for draw in draws
+        ],
+        dumps=orjson.dumps,
+    )
+    with _server_bound_cursor() as cursor:
+        row = cursor.execute(_DRAWS, [payload], prepare=True).fetchone()
+    taken = row[0] if row else 0
+    if taken < len(draws):
+        # Their slices expired first (a worker dead for longer than a slice lives): the
+        # reconciliation released those slices; these runs go uncharged.
+        logger.warning("budget: %d draws found their slice gone", len(draws) - taken)
+
+
+def budget_slice_release(slice_id: str, amount: Decimal) -> None:
+    """Give back what a worker reserved in a slice and did not draw (its own transaction)."""
+    with transaction.atomic(), _server_bound_cursor() as cursor:
+        cursor.execute(_RELEASE, [slice_id, amount], prepare=True)
 
 
 def charge_for(cost: Decimal, held: Decimal) -> Decimal:

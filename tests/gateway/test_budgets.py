@@ -9,157 +9,36 @@ tokens and $2,000 per million output tokens it costs 0.017 + 13 * 0.002 = $0.043
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import orjson
 import pytest
-from django.db import connection
 from django.db.models import Sum
 
-from accounts.models import ApiKey, Organization
-from accounts.services import key_create
-from gateway.models import CatalogModel, Deployment
 from telemetry.models import BudgetHold, BudgetSpend, Run
 from telemetry.services.budgets import TOTAL_PERIOD_START, budget_holds_reconcile
 from telemetry.tasks import reconcile_budget_holds
 from tests.conftest import _server_env, wait_for_run
+from tests.support.budgets import (
+    EXAMPLE_USD,
+    PROMPT_USD,
+    QUESTION,
+    TOKEN_USD,
+    budget_tenant,
+    committed,
+    complete,
+    read_budget,
+    settled,
+    spend_of,
+)
 from tests.support.servers import ServerProcess, start_mortar
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db
-
-T = TypeVar("T")
-
-QUESTION = "What does max_tokens limit?"
-PROMPT_USD = Decimal("0.017")  # 17 tokens at $0.001
-TOKEN_USD = Decimal("0.002")  # one output token
-EXAMPLE_USD = PROMPT_USD + 13 * TOKEN_USD  # $0.043
-
-
-@dataclass(frozen=True)
-class BudgetTenant:
-    organization_id: int
-    key_id: int
-    secret: str
-
-
-def committed(make: Callable[[], T]) -> T:
-    """Run `make` on a connection of its own, so what it writes is committed for the servers
-    (the test's own connection is inside a transaction that is rolled back)."""
-
-    def run() -> T:
-        try:
-            return make()
-        finally:
-            connection.close()
-
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(run).result()
-
-
-_names = iter(range(1_000_000))
-
-
-def budget_tenant(*, key_usd: str | None = None, org_usd: str | None = None) -> BudgetTenant:
-    """A fresh organization and key with these `total` budgets, committed."""
-
-    def make() -> BudgetTenant:
-        organization = Organization.objects.create(
-            name=f"budget-{threading.get_ident()}-{next(_names)}-{id(make)}",
-            budget_usd=None if org_usd is None else Decimal(org_usd),
-            budget_period="total",
-        )
-        issued = key_create(organization=organization, name="budget")
-        if key_usd is not None:
-            ApiKey.objects.filter(id=issued.key.id).update(
-                budget_usd=Decimal(key_usd), budget_period="total"
-            )
-        return BudgetTenant(organization.id, issued.key.id, issued.secret)
-
-    return committed(make)
-
-
-def _priced(model_id: str, deployment: Deployment) -> str:
-    CatalogModel.objects.update_or_create(
-        id=model_id,
-        defaults={
-            "deployment": deployment,
-            "context_window": 4096,
-            "price_input": 1000,
-            "price_output": 2000,
-        },
-    )
-    return model_id
-
-
-@pytest.fixture(scope="session")
-def budget_model(django_db_setup: None, django_db_blocker, sees_other_connections: None) -> str:
-    with django_db_blocker.unblock():
-        return _priced("budget-scripted", Deployment.objects.get(name="scripted"))
-
-
-@pytest.fixture(scope="session")
-def free_model(django_db_setup: None, django_db_blocker, sees_other_connections: None) -> str:
-    """A scripted model without prices: it costs nothing."""
-    with django_db_blocker.unblock():
-        CatalogModel.objects.update_or_create(
-            id="budget-free-scripted",
-            defaults={
-                "deployment": Deployment.objects.get(name="scripted"),
-                "context_window": 4096,
-            },
-        )
-    return "budget-free-scripted"
-
-
-@pytest.fixture(scope="session")
-def slow_budget_model(
-    django_db_setup: None, django_db_blocker, sees_other_connections: None
-) -> str:
-    """The same prices on a scripted model that pauses 200 ms between pieces."""
-    with django_db_blocker.unblock():
-        deployment, _ = Deployment.objects.get_or_create(
-            name="scripted-budget-slow", defaults={"scripted_delay_ms": 200}
-        )
-        return _priced("budget-slow-scripted", deployment)
-
-
-def complete(server: ServerProcess, secret: str, model: str, **fields: Any) -> httpx.Response:
-    body = {
-        "model": model,
-        "stream": False,
-        "messages": [{"role": "user", "content": QUESTION}],
-        **fields,
-    }
-    return httpx.post(
-        f"{server.base_url}/v1/chat/completions",
-        content=orjson.dumps(body),
-        headers={"Authorization": f"Bearer {secret}"},
-        timeout=60,
-    )
-
-
-def read_budget(server: ServerProcess, secret: str) -> dict[str, Any]:
-    response = httpx.get(
-        f"{server.base_url}/v1/budget", headers={"Authorization": f"Bearer {secret}"}
-    )
-    assert response.status_code == 200
-    body: dict[str, Any] = response.json()
-    return body
-
-
-def settled(run_ids: list[str]) -> bool:
-    return not BudgetHold.objects.filter(run_id__in=run_ids).exists()
-
-
-def spend_of(owner: str, owner_id: int) -> BudgetSpend:
-    return BudgetSpend.objects.get(owner=owner, owner_id=owner_id, period="total")
 
 
 def test_a_budget_pays_for_exactly_the_requests_it_can_then_answers_402(

@@ -133,7 +133,7 @@ def test_a_batch_settles_each_run_on_both_its_budgets_once_and_skips_runs_withou
         "run-3": Decimal("0.003813"),
     }
     assert budget_holds_settle([("run-1", Decimal("0.5"))]) == {}  # settled already
-    assert not BudgetHold.objects.exists()
+    assert not BudgetHold.objects.filter(run_id__in=["run-1", "run-2", "run-3"]).exists()
     for row in BudgetSpend.objects.filter(owner_id=KEY_ID):
         assert (row.spent_usd, row.held_usd) == (Decimal("0.004814"), Decimal(0))
 
@@ -167,7 +167,9 @@ def test_a_batch_of_holds_is_taken_in_order_each_on_what_the_ones_before_it_left
     # What run-3 can pay: 0.011383 - 2 * 0.003813 - 0.0037 = 0.000057, 5 tokens at 0.0000113
     assert caps == [10, 10, 10, 5]
     assert (answers[4].status, answers[4].code) == (402, "insufficient_quota")
-    assert set(BudgetHold.objects.values_list("run_id", flat=True)) == {
+    # (Not the slices the suite's servers may hold on budgets of their own.)
+    runs_held = BudgetHold.objects.exclude(run_id__startswith="slice-")
+    assert set(runs_held.values_list("run_id", flat=True)) == {
         "run-1",
         "run-2",
         "run-3",

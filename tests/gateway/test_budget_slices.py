@@ -1,0 +1,251 @@
+"""A worker's slices of a budget (issue 14, `gateway.budget_slices`): holds taken in memory, each
+run's draw turned into its own hold by the writer, what is not drawn given back, and a dead
+worker's slice released by the reconciliation — the ledger's bound kept throughout.
+
+Prices as in `test_budgets`: the example request costs $0.043 (17 prompt tokens at $0.001, 13
+output tokens at $0.002).
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from django.db.models import Max, Sum
+
+from gateway.budget_slices import SLICE_IDLE_SECONDS, SWEEP_SECONDS
+from telemetry.costs import Prices
+from telemetry.models import BudgetHold, BudgetSpend, Run
+from telemetry.records import BudgetDraw
+from telemetry.services.budgets import Budget, HoldRequest, budget_holds, budget_holds_reconcile
+from telemetry.writer import RunOpened, write_batch
+from tests.conftest import _server_env, wait_for_run
+from tests.support.budgets import (
+    EXAMPLE_USD,
+    PROMPT_USD,
+    QUESTION,
+    TOKEN_USD,
+    budget_tenant,
+    committed,
+    complete,
+    read_budget,
+    settled,
+    spend_of,
+)
+from tests.support.servers import ServerProcess, start_mortar
+from tests.support.waiting import wait_until
+
+pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
+
+# Long enough for the sweep to notice an idle slice and the ledger to take it back.
+GIVEN_BACK_WITHIN = SLICE_IDLE_SECONDS + 2 * SWEEP_SECONDS + 5
+
+
+def slices_of(key_id: int) -> list[BudgetHold]:
+    return list(BudgetHold.objects.filter(run_id__startswith="slice-", key_spend__owner_id=key_id))
+
+
+def cost_of(response: httpx.Response) -> Decimal:
+    usage = response.json()["usage"]
+    prompt, completion = int(usage["prompt_tokens"]), int(usage["completion_tokens"])
+    return prompt * Decimal("0.001") + completion * TOKEN_USD
+
+
+def test_a_large_budget_holds_from_a_slice_and_gives_back_what_was_not_drawn(
+    mortar_server: ServerProcess, budget_model: str
+) -> None:
+    tenant = budget_tenant(key_usd="100")  # room for ~2,300 example requests
+    responses = [
+        complete(mortar_server, tenant.secret, budget_model, max_tokens=13) for _ in range(12)
+    ]
+    assert [r.status_code for r in responses] == [200] * 12
+    ids = [r.headers["X-Mortar-Run-Id"] for r in responses]
+
+    # The first hold came from the ledger; it said how much room there is, so the next ones
+    # came from one slice, reserved once: $0.043 * 128 (less than a 16th of the room).
+    [reserved] = slices_of(tenant.key_id)
+    spend = spend_of(BudgetSpend.Owner.KEY, tenant.key_id)
+    assert spend.held_usd >= 128 * EXAMPLE_USD - 11 * EXAMPLE_USD
+
+    wait_until(lambda: settled(ids), message="the runs' holds were not settled")
+    runs = [wait_for_run(run_id) for run_id in ids]
+    for response, run in zip(responses, runs, strict=True):
+        assert run.held_usd == EXAMPLE_USD
+        assert run.charged_usd == cost_of(response)
+    charged = sum((run.charged_usd or Decimal(0) for run in runs), Decimal(0))
+
+    # Unused for a while, the slice goes back: nothing is held, the spend is the charges.
+    wait_until(
+        lambda: not BudgetHold.objects.filter(run_id=reserved.run_id).exists(),
+        timeout=GIVEN_BACK_WITHIN,
+        message="the idle slice was not given back",
+    )
+    spend.refresh_from_db()
+    assert (spend.spent_usd, spend.held_usd) == (charged, Decimal(0))
+    budget = read_budget(mortar_server, tenant.secret)["key"]
+    assert (budget["spent_usd"], budget["held_usd"]) == (f"{charged:.6f}", "0.000000")
+    assert Decimal(budget["remaining_usd"]) == Decimal(100) - charged
+
+
+def test_requests_over_two_processes_drawing_from_slices_never_charge_more_than_the_budget(
+    mortar_server: ServerProcess, second_server: ServerProcess, budget_model: str
+) -> None:
+    # Room for 200 example holds: each worker slices it until fewer than 100 would fit, then
+    # holds from the ledger; 400 requests want twice what it can pay.
+    budget = 200 * EXAMPLE_USD
+    tenant = budget_tenant(key_usd=str(budget))
+    servers = [mortar_server, second_server]
+    barrier = threading.Barrier(50)
+
+    def send(i: int) -> httpx.Response:
+        if i < 50:
+            barrier.wait()
+        return complete(servers[i % 2], tenant.secret, budget_model, max_tokens=13)
+
+    with ThreadPoolExecutor(50) as pool:
+        responses = list(pool.map(send, range(400)))
+
+    statuses = [r.status_code for r in responses]
+    assert set(statuses) <= {200, 402}
+    ids = [r.headers["X-Mortar-Run-Id"] for r in responses]
+    wait_until(lambda: settled(ids), timeout=30, message="holds were not settled")
+    runs = [wait_for_run(run_id) for run_id in ids]
+    charged = sum((run.charged_usd or Decimal(0) for run in runs), Decimal(0))
+    assert charged <= budget
+    for response, run in zip(responses, runs, strict=True):
+        if response.status_code == 200:
+            assert run.charged_usd == cost_of(response)
+        else:
+            assert run.charged_usd is None
+    # What slices may leave unused at the end is at most a 16th of the room each worker saw
+    # when it last reserved (below 100 holds' room no slice is reserved): a few requests.
+    assert statuses.count(200) >= 190
+    wait_until(
+        lambda: not slices_of(tenant.key_id),
+        timeout=GIVEN_BACK_WITHIN,
+        message="the slices were not given back",
+    )
+    spend = spend_of(BudgetSpend.Owner.KEY, tenant.key_id)
+    assert (spend.spent_usd, spend.held_usd) == (charged, Decimal(0))
+
+
+def test_a_killed_worker_s_slice_and_its_runs_holds_expire_and_are_reconciled(
+    mortar_server: ServerProcess, budget_model: str, slow_budget_model: str, tmp_path_factory: Any
+) -> None:
+    tenant = budget_tenant(key_usd="100")
+    doomed = start_mortar(_server_env(), log_dir=tmp_path_factory.mktemp("doomed-slices"))
+    try:
+        finished = [complete(doomed, tenant.secret, budget_model, max_tokens=13) for _ in range(3)]
+        assert [r.status_code for r in finished] == [200] * 3
+        with httpx.stream(
+            "POST",
+            f"{doomed.base_url}/v1/chat/completions",
+            content=orjson.dumps(
+                {
+                    "model": slow_budget_model,
+                    "stream": True,
+                    "max_tokens": 13,
+                    "messages": [{"role": "user", "content": QUESTION}],
+                }
+            ),
+            headers={"Authorization": f"Bearer {tenant.secret}"},
+            timeout=30,
+        ) as response:
+            run_id = response.headers["X-Mortar-Run-Id"]
+            received = response.iter_bytes()  # kept: a dropped iterator closes the stream
+            next(received)  # generation has started
+            # Its draw became its own hold when the writer stored it.
+            wait_until(
+                lambda: BudgetHold.objects.filter(run_id=run_id).exists(),
+                message="the streaming run's draw was not taken",
+            )
+            doomed.process.kill()  # the slice's rest is never given back, the run never settled
+            doomed.process.wait()
+    finally:
+        doomed.stop()
+
+    finished_ids = [r.headers["X-Mortar-Run-Id"] for r in finished]
+    wait_until(lambda: settled(finished_ids), message="the finished runs were not settled")
+    charged = sum((cost_of(r) for r in finished), Decimal(0))
+    [left] = slices_of(tenant.key_id)
+    run_hold = BudgetHold.objects.get(run_id=run_id)
+    assert run_hold.amount_usd == EXAMPLE_USD
+    assert run_hold.expires_at == left.expires_at
+    spend = spend_of(BudgetSpend.Owner.KEY, tenant.key_id)
+    assert spend.spent_usd == charged
+    assert spend.held_usd == left.amount_usd + run_hold.amount_usd
+
+    # Nothing happens before they expire; after, the slice's rest is released and the run
+    # (no usage: it never finished) is charged its prompt.
+    latest = BudgetHold.objects.filter(key_spend__owner_id=tenant.key_id).aggregate(
+        latest=Max("expires_at")
+    )["latest"]
+    assert committed(lambda: budget_holds_reconcile(now=latest - timedelta(seconds=1))) == 0
+    assert committed(lambda: budget_holds_reconcile(now=latest)) == 2
+    assert not BudgetHold.objects.filter(key_spend__owner_id=tenant.key_id).exists()
+    spend.refresh_from_db()
+    assert (spend.spent_usd, spend.held_usd) == (charged + PROMPT_USD, Decimal(0))
+    run = Run.objects.get(id=run_id)
+    assert (run.held_usd, run.charged_usd) == (EXAMPLE_USD, PROMPT_USD)
+    stored = Run.objects.filter(api_key_id=tenant.key_id).aggregate(total=Sum("charged_usd"))
+    assert stored["total"] == spend.spent_usd
+    budget = read_budget(mortar_server, tenant.secret)["key"]
+    assert Decimal(budget["spent_usd"]) == spend.spent_usd
+
+
+def test_a_replayed_run_row_does_not_take_its_draw_twice(
+    mortar_server: ServerProcess,  # (the test database with the ledger's functions)
+) -> None:
+    """The writer takes a draw with its run's first insert; the same opened row replayed (a
+    spool, a dead writer's log) finds the run there and takes nothing."""
+    tenant = budget_tenant(key_usd="10")
+    now = datetime.now(UTC)
+    budget = Budget(BudgetSpend.Owner.KEY, tenant.key_id, Decimal(10), "total")
+    slice_id = f"slice-replay-{tenant.key_id}"
+
+    def reserve() -> None:
+        [held] = budget_holds(
+            [
+                HoldRequest(
+                    slice_id,
+                    [budget],
+                    0,
+                    1_000_000,  # $1 in micro-dollar "tokens"
+                    Prices(output=Decimal(1)),
+                    now + timedelta(minutes=5),
+                )
+            ],
+            now=now,
+        )
+        assert not isinstance(held, Exception) and held.amount_usd == Decimal(1)
+
+    committed(reserve)
+    run_id = f"chatcmpl-replay-{tenant.key_id}"
+    opened = RunOpened(
+        {
+            "id": run_id,
+            "accepted_at": now,
+            "organization_id": tenant.organization_id,
+            "api_key_id": tenant.key_id,
+            "status": Run.Status.IN_PROGRESS,
+            "held_usd": EXAMPLE_USD,
+        },
+        (),
+        BudgetDraw(run_id, slice_id, EXAMPLE_USD, PROMPT_USD),
+    )
+
+    committed(lambda: write_batch([opened]))
+    committed(lambda: write_batch([opened], replay=True))
+
+    assert BudgetHold.objects.get(run_id=run_id).amount_usd == EXAMPLE_USD
+    assert BudgetHold.objects.get(run_id=slice_id).amount_usd == Decimal(1) - EXAMPLE_USD
+    # The budget's rows never moved: a draw only moves an amount from one hold to another.
+    assert spend_of(BudgetSpend.Owner.KEY, tenant.key_id).held_usd == Decimal(1)
+    # Not left for other tests' reconciliations to find.
+    committed(lambda: BudgetHold.objects.filter(run_id__in=[run_id, slice_id]).delete())
