@@ -8,14 +8,10 @@ output tokens at $0.002).
 
 from __future__ import annotations
 
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-import httpx
-import orjson
 import pytest
 from django.db.models import Max, Sum
 
@@ -29,13 +25,15 @@ from tests.conftest import _server_env, wait_for_run
 from tests.support.budgets import (
     EXAMPLE_USD,
     PROMPT_USD,
-    QUESTION,
-    TOKEN_USD,
     budget_tenant,
     committed,
     complete,
+    cost_of,
+    kill_mid_stream,
     read_budget,
+    send_together,
     settled,
+    settled_charges,
     spend_of,
 )
 from tests.support.servers import ServerProcess, start_mortar
@@ -49,12 +47,6 @@ GIVEN_BACK_WITHIN = SLICE_IDLE_SECONDS + 2 * SWEEP_SECONDS + 5
 
 def slices_of(key_id: int) -> list[BudgetHold]:
     return list(BudgetHold.objects.filter(run_id__startswith="slice-", key_spend__owner_id=key_id))
-
-
-def cost_of(response: httpx.Response) -> Decimal:
-    usage = response.json()["usage"]
-    prompt, completion = int(usage["prompt_tokens"]), int(usage["completion_tokens"])
-    return prompt * Decimal("0.001") + completion * TOKEN_USD
 
 
 def test_a_large_budget_holds_from_a_slice_and_gives_back_what_was_not_drawn(
@@ -100,29 +92,12 @@ def test_requests_over_two_processes_drawing_from_slices_never_charge_more_than_
     # holds from the ledger; 400 requests want twice what it can pay.
     budget = 200 * EXAMPLE_USD
     tenant = budget_tenant(key_usd=str(budget))
-    servers = [mortar_server, second_server]
-    barrier = threading.Barrier(50)
-
-    def send(i: int) -> httpx.Response:
-        if i < 50:
-            barrier.wait()
-        return complete(servers[i % 2], tenant.secret, budget_model, max_tokens=13)
-
-    with ThreadPoolExecutor(50) as pool:
-        responses = list(pool.map(send, range(400)))
-
-    statuses = [r.status_code for r in responses]
-    assert set(statuses) <= {200, 402}
-    ids = [r.headers["X-Mortar-Run-Id"] for r in responses]
-    wait_until(lambda: settled(ids), timeout=30, message="holds were not settled")
-    runs = [wait_for_run(run_id) for run_id in ids]
-    charged = sum((run.charged_usd or Decimal(0) for run in runs), Decimal(0))
+    responses = send_together(
+        [mortar_server, second_server], tenant.secret, budget_model, count=400, at_once=50
+    )
+    charged = settled_charges(responses)
     assert charged <= budget
-    for response, run in zip(responses, runs, strict=True):
-        if response.status_code == 200:
-            assert run.charged_usd == cost_of(response)
-        else:
-            assert run.charged_usd is None
+    statuses = [r.status_code for r in responses]
     # What slices may leave unused at the end is at most a 16th of the room each worker saw
     # when it last reserved (below 100 holds' room no slice is reserved): a few requests.
     assert statuses.count(200) >= 190
@@ -143,32 +118,17 @@ def test_a_killed_worker_s_slice_and_its_runs_holds_expire_and_are_reconciled(
     try:
         finished = [complete(doomed, tenant.secret, budget_model, max_tokens=13) for _ in range(3)]
         assert [r.status_code for r in finished] == [200] * 3
-        with httpx.stream(
-            "POST",
-            f"{doomed.base_url}/v1/chat/completions",
-            content=orjson.dumps(
-                {
-                    "model": slow_budget_model,
-                    "stream": True,
-                    "max_tokens": 13,
-                    "messages": [{"role": "user", "content": QUESTION}],
-                }
-            ),
-            headers={"Authorization": f"Bearer {tenant.secret}"},
-            timeout=30,
-        ) as response:
-            run_id = response.headers["X-Mortar-Run-Id"]
-            received = response.iter_bytes()  # kept: a dropped iterator closes the stream
-            next(received)  # generation has started
-            # Its draw became its own hold when the writer stored it.
-            wait_until(
-                lambda: BudgetHold.objects.filter(run_id=run_id).exists(),
-                message="the streaming run's draw was not taken",
-            )
-            doomed.process.kill()  # the slice's rest is never given back, the run never settled
-            doomed.process.wait()
-    finally:
+    except BaseException:
         doomed.stop()
+        raise
+    # Killed once the stream's draw became its own hold (the writer stored its run): the
+    # slice's rest is never given back, the run never settled.
+    run_id = kill_mid_stream(
+        doomed,
+        tenant.secret,
+        slow_budget_model,
+        stored=lambda run_id: BudgetHold.objects.filter(run_id=run_id).exists(),
+    )
 
     finished_ids = [r.headers["X-Mortar-Run-Id"] for r in finished]
     wait_until(lambda: settled(finished_ids), message="the finished runs were not settled")

@@ -31,8 +31,11 @@ from tests.support.budgets import (
     budget_tenant,
     committed,
     complete,
+    kill_mid_stream,
     read_budget,
+    send_together,
     settled,
+    settled_charges,
     spend_of,
 )
 from tests.support.servers import ServerProcess, start_mortar
@@ -166,34 +169,13 @@ def test_100_concurrent_requests_over_two_processes_never_charge_more_than_the_b
 ) -> None:
     budget = Decimal("0.5")  # 11 whole requests ($0.473), then one of its prompt and 5 tokens
     tenant = budget_tenant(key_usd=str(budget))
-    servers = [mortar_server, second_server]
-    barrier = threading.Barrier(100)
-
-    def send(i: int) -> httpx.Response:
-        barrier.wait()
-        return complete(servers[i % 2], tenant.secret, budget_model, max_tokens=13)
-
-    with ThreadPoolExecutor(100) as pool:
-        responses = list(pool.map(send, range(100)))
-
-    statuses = [r.status_code for r in responses]
-    assert set(statuses) <= {200, 402}
-    ids = [r.headers["X-Mortar-Run-Id"] for r in responses]
-    wait_until(lambda: settled(ids), timeout=30, message="holds were not settled")
-    runs = [wait_for_run(run_id) for run_id in ids]
-    charged = sum((run.charged_usd or Decimal(0) for run in runs), Decimal(0))
-
-    assert charged <= budget
+    responses = send_together(
+        [mortar_server, second_server], tenant.secret, budget_model, count=100, at_once=100
+    )
     # Every answered request is charged its cost, to the micro-dollar; no refused one is.
-    for response, run in zip(responses, runs, strict=True):
-        if response.status_code == 200:
-            usage = response.json()["usage"]
-            cost = usage["prompt_tokens"] * Decimal("0.001") + usage["completion_tokens"] * (
-                TOKEN_USD
-            )
-            assert run.charged_usd == cost
-        else:
-            assert run.charged_usd is None
+    charged = settled_charges(responses)
+    assert charged <= budget
+    statuses = [r.status_code for r in responses]
     assert statuses.count(200) >= 11  # holds of $0.043 each: at least 11 fit at any time
     spend = spend_of(BudgetSpend.Owner.KEY, tenant.key_id)
     assert (spend.spent_usd, spend.held_usd) == (charged, Decimal(0))
@@ -205,29 +187,13 @@ def test_a_killed_worker_s_hold_expires_and_is_reconciled(
 ) -> None:
     tenant = budget_tenant(key_usd="1")
     doomed = start_mortar(_server_env(), log_dir=tmp_path_factory.mktemp("doomed"))
-    try:
-        with httpx.stream(
-            "POST",
-            f"{doomed.base_url}/v1/chat/completions",
-            content=orjson.dumps(
-                {
-                    "model": slow_budget_model,
-                    "stream": True,
-                    "max_tokens": 13,
-                    "messages": [{"role": "user", "content": QUESTION}],
-                }
-            ),
-            headers={"Authorization": f"Bearer {tenant.secret}"},
-            timeout=30,
-        ) as response:
-            run_id = response.headers["X-Mortar-Run-Id"]
-            received = response.iter_bytes()  # kept: a dropped iterator closes the stream
-            next(received)  # generation has started
-            wait_until(lambda: Run.objects.filter(id=run_id).exists(), message="run not stored")
-            doomed.process.kill()  # no settlement, no close: the hold is left behind
-            doomed.process.wait()
-    finally:
-        doomed.stop()
+    # Killed once its run is stored: no settlement, no close, the hold is left behind.
+    run_id = kill_mid_stream(
+        doomed,
+        tenant.secret,
+        slow_budget_model,
+        stored=lambda run_id: Run.objects.filter(id=run_id).exists(),
+    )
 
     hold = BudgetHold.objects.get(run_id=run_id)
     assert hold.amount_usd == EXAMPLE_USD

@@ -23,7 +23,9 @@ from django.db import connection
 from accounts.models import ApiKey, Organization
 from accounts.services import key_create
 from telemetry.models import BudgetHold, BudgetSpend
+from tests.conftest import wait_for_run
 from tests.support.servers import ServerProcess
+from tests.support.waiting import wait_until
 
 T = TypeVar("T")
 
@@ -106,3 +108,70 @@ def settled(run_ids: list[str]) -> bool:
 
 def spend_of(owner: str, owner_id: int) -> BudgetSpend:
     return BudgetSpend.objects.get(owner=owner, owner_id=owner_id, period="total")
+
+
+def kill_mid_stream(
+    server: ServerProcess, secret: str, model: str, *, stored: Callable[[str], bool]
+) -> str:
+    """Start a 13-token stream on `server`, and once generation has started and `stored(run
+    id)` holds, kill the server (SIGKILL: nothing settled, nothing closed); return the run id."""
+    try:
+        with httpx.stream(
+            "POST",
+            f"{server.base_url}/v1/chat/completions",
+            content=orjson.dumps(
+                {
+                    "model": model,
+                    "stream": True,
+                    "max_tokens": 13,
+                    "messages": [{"role": "user", "content": QUESTION}],
+                }
+            ),
+            headers={"Authorization": f"Bearer {secret}"},
+            timeout=30,
+        ) as response:
+            run_id = response.headers["X-Mortar-Run-Id"]
+            received = response.iter_bytes()  # kept: a dropped iterator closes the stream
+            next(received)  # generation has started
+            wait_until(lambda: stored(run_id), message=f"run {run_id} not stored as expected")
+            server.process.kill()
+            server.process.wait()
+    finally:
+        server.stop()
+    return run_id
+
+
+def cost_of(response: httpx.Response) -> Decimal:
+    """What an answered example request costs at the budget models' prices."""
+    usage = response.json()["usage"]
+    prompt, completion = int(usage["prompt_tokens"]), int(usage["completion_tokens"])
+    return prompt * Decimal("0.001") + completion * TOKEN_USD
+
+
+def send_together(
+    servers: list[ServerProcess], secret: str, model: str, *, count: int, at_once: int
+) -> list[httpx.Response]:
+    """`count` example requests with 13 output tokens, over the servers in turn, `at_once` at a
+    time (the first `at_once` released together)."""
+    barrier = threading.Barrier(at_once)
+
+    def send(i: int) -> httpx.Response:
+        if i < at_once:
+            barrier.wait()
+        return complete(servers[i % len(servers)], secret, model, max_tokens=13)
+
+    with ThreadPoolExecutor(at_once) as pool:
+        return list(pool.map(send, range(count)))
+
+
+def settled_charges(responses: list[httpx.Response]) -> Decimal:
+    """Wait until the requests' runs are stored and settled; check that every answered one is
+    charged its cost, to the micro-dollar, and no refused (402) one anything; return the sum."""
+    assert {r.status_code for r in responses} <= {200, 402}
+    ids = [r.headers["X-Mortar-Run-Id"] for r in responses]
+    wait_until(lambda: settled(ids), timeout=30, message="holds were not settled")
+    runs = [wait_for_run(run_id) for run_id in ids]
+    for response, run in zip(responses, runs, strict=True):
+        expected = cost_of(response) if response.status_code == 200 else None
+        assert run.charged_usd == expected, (response.status_code, run.id)
+    return sum((run.charged_usd or Decimal(0) for run in runs), Decimal(0))
