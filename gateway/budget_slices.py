@@ -16,8 +16,10 @@ What a slice costs in exactness is bounded, and only near the end of a budget:
   ledger itself (`HoldBatches`), exactly as before — so a small budget behaves to the request as
   the ledger decides, and a large one can refuse a request on one worker while another still
   has part of a slice, at most a `SLICE_SHARE`th of what was left when it was reserved;
-- a slice is drawn from for `SLICE_SECONDS` at most, and what was not drawn goes back to the
-  budget when the slice is used up, too old, or unused for `SLICE_IDLE_SECONDS`;
+- a slice is drawn from for `SLICE_SECONDS` at most, never past the end of its budgets'
+  period (a draw is charged to the period its slice was reserved in), and what was not drawn
+  goes back to the budget when the slice is used up, too old, or unused for
+  `SLICE_IDLE_SECONDS`;
 - a worker that dies leaves its slices to expire like any hold: after the longest generation
   that could draw from them plus `HOLD_MARGIN`; the reconciliation then releases what was not
   drawn (a draw is in its run's opened row, in the writer's crash log before the model server
@@ -35,7 +37,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from django.db import DatabaseError, connection
@@ -48,6 +50,7 @@ from telemetry.services.budgets import (
     Budget,
     Held,
     HoldRequest,
+    resets_at,
     to_micro,
 )
 
@@ -84,6 +87,9 @@ class Slice:
     expires_at: datetime  # of the slice's hold: no generation drawn from it outlives it
     reserved_at: float  # monotonic
     used_at: float
+    # When the first of its budgets' periods ends (epoch seconds): a draw after it would be
+    # charged to the period before.
+    period_ends_at: float
     drawn_usd: Decimal = Decimal(0)
     retired: bool = False
 
@@ -97,10 +103,19 @@ class Slice:
             and self.free_usd >= amount
             and expires_at <= self.expires_at
             and now - self.reserved_at < SLICE_SECONDS
+            and time.time() < self.period_ends_at
         )
 
 
 Budgets = tuple[Budget, ...]
+
+
+def _first_period_end(budgets: Budgets) -> float:
+    now = datetime.now(UTC)
+    ends = [end for budget in budgets if (end := resets_at(budget.period, now)) is not None]
+    return min(ends).timestamp() if ends else float("inf")
+
+
 LedgerHold = Callable[[HoldRequest], Awaitable[Held | InsufficientQuota]]
 LedgerRelease = Callable[[str, Decimal], Awaitable[None]]  # a slice's id, what goes back
 
@@ -180,7 +195,12 @@ class BudgetSlices:
             self._room[budgets] = held.remaining_usd - held.amount_usd
             now = time.monotonic()
             self._slices[budgets] = Slice(
-                slice_id, held.amount_usd, expires_at, reserved_at=now, used_at=now
+                slice_id,
+                held.amount_usd,
+                expires_at,
+                reserved_at=now,
+                used_at=now,
+                period_ends_at=_first_period_end(budgets),
             )
             self._sweep_soon()
         except (DatabaseError, OSError):

@@ -24,14 +24,12 @@ from django.conf import settings
 from django.db import connection
 
 from tests.conftest import Tenant, _server_env, manage, stored_bytes, wait_for_run
-from tests.gateway.test_budgets import budget_model
 from tests.support.servers import ServerProcess, start_mortar, stream_completion
 from tests.support.waiting import wait_until
 
 # Terminating the server's backends is a Postgres operation (a restart or failover).
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
 
-__all__ = ["budget_model"]  # the fixture, used here by name
 
 APPLICATION_NAME = "mortar-recovery-test"
 STAFF = "recovery-staff"

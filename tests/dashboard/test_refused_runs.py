@@ -11,12 +11,11 @@ from django.test import Client
 
 from accounts.models import ApiKey
 from tests.conftest import wait_for_run
-from tests.gateway.test_budgets import budget_model, budget_tenant, complete
 from tests.gateway.test_rate_limits import ask, limited_tenant
+from tests.support.budgets import budget_tenant, complete
 from tests.support.servers import ServerProcess
 
 pytestmark = pytest.mark.django_db
-__all__ = ["budget_model"]  # the fixture, used here by name
 
 
 def refused_rows(client: Client, key_id: int) -> dict[str, str]:

@@ -4,7 +4,7 @@ requests and reads the budget tests share.
 Prices are set so the scripted model's example request costs a known amount: "What does
 max_tokens limit?" is 17 prompt tokens and its reply 13 tokens, so at $1,000 per million input
 tokens and $2,000 per million output tokens it costs 0.017 + 13 * 0.002 = $0.043 (the models
-are `tests/gateway/conftest.py`'s `budget_model` and `slow_budget_model`).
+are `tests/conftest.py`'s `budget_model` and `slow_budget_model`).
 """
 
 from __future__ import annotations
