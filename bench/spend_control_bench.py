@@ -7,7 +7,8 @@ and requests and tokens per minute (too large to refuse anything) on a priced mo
 budgets, in memory; the ledger's thread, batched, only for the first hold and each slice), the
 `x-ratelimit-*` headers, the generation (one loop pass), the charge, the draws and the
 settlement (on a thread of its own, in batches, as the run writer does them in its
-transaction) and the usage counted against the token limits. CONCURRENCY requests interleave on one event loop (uvloop, as `make serve` runs).
+transaction) and the usage counted against the token limits. CONCURRENCY requests interleave
+on one event loop (uvloop, as `make serve` runs).
 
 Prints the process's CPU per request (process time: every thread) less the same loop doing
 nothing but its awaits, per concurrency; the median of the rounds. `make bench` measures the
