@@ -38,6 +38,7 @@ from .metrics import (
     cpu_table,
     medians,
     mortar_per_request,
+    scaling,
     spend_control_check,
     target_names,
     targets_check,
@@ -241,6 +242,7 @@ def summarize(report: dict[str, Any]) -> dict[str, Any]:
         report["spend_control"] = spend_control_check(
             report["mortar_per_request"], report["unmetered_per_request"]
         )
+    report["scaling"] = scaling(runs)
     report["unexplained_cores"] = statistics.median(
         [run["result"]["unexplained_cpu_s"] / run["result"]["wall_s"] for run in runs] or [0.0]
     )

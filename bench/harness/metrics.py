@@ -1,5 +1,5 @@
-"""From raw measurements to the report's numbers: medians over rounds, CPU per request, and
-the verdicts on issue 8's targets and on after vs before."""
+"""From raw measurements to the report's numbers: medians over rounds, CPU per request, the
+verdicts on issue 8's targets and on after vs before, and one worker against two."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .mortar import SCALING_SCENARIOS, TWO_WORKERS
 from .targets import ordered, target_kind
 
 TIMES = "\u00d7"  # the multiplication sign of ratios
@@ -355,3 +356,68 @@ def spend_control_check(
             )
         )
     return checks
+
+
+def scaling(
+    runs: list[dict[str, Any]], one: str = "mortar", two: str = TWO_WORKERS
+) -> list[dict[str, Any]]:
+    """Issue 17: per throughput scenario, Mortar's one worker against two in the same run —
+    throughput, CPU per request, and the cores Mortar and everything else used (medians over
+    rounds; the throughput ratio also per round)."""
+    rows = []
+    for scenario in SCALING_SCENARIOS:
+        by_target: dict[str, dict[int, dict[str, Any]]] = {one: {}, two: {}}
+        for run in runs:
+            if run["scenario"] == scenario and run["target"] in by_target:
+                by_target[run["target"]][run["round"]] = run["result"]
+        if not by_target[one] or not by_target[two]:
+            continue
+        sides = {name: _scaling_side(name, results) for name, results in by_target.items()}
+        rounds = sorted(set(by_target[one]) & set(by_target[two]))
+        rows.append(
+            {
+                "scenario": scenario,
+                "one": sides[one],
+                "two": sides[two],
+                "ratio": sides[two]["rps"] / sides[one]["rps"] if sides[one]["rps"] else None,
+                "round_ratios": [
+                    round(by_target[two][r]["rps"] / by_target[one][r]["rps"], 2)
+                    for r in rounds
+                    if by_target[one][r]["rps"]
+                ],
+            }
+        )
+    return rows
+
+
+def _scaling_side(target: str, results: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """One side of the scaling table: a target's medians over its rounds."""
+
+    def median(read: Callable[[dict[str, Any]], float | None]) -> float | None:
+        values = [v for result in results.values() for v in [read(result)] if v is not None]
+        return statistics.median(values) if values else None
+
+    def others(result: dict[str, Any]) -> float:
+        # The mock, Postgres and Redis (the other gateways idle), and the load generators.
+        cpu = result["cpu_s"]
+        shared = cpu["mock"] + cpu["postgres"] + cpu["redis"] + result["loadgen_cpu_s"]
+        return float(shared / result["wall_s"])
+
+    def busiest_process(result: dict[str, Any]) -> float | None:
+        split = result.get("process_cpu_s")
+        return round(split[0] / sum(split), 2) if split and sum(split) else None
+
+    return {
+        "rps": median(_g("rps")),
+        "mortar_cpu_ms": median(_g("per_request", "mortar_cpu_ms")),
+        "mortar_cores": median(lambda r: r["cpu_s"][target] / r["wall_s"]),
+        "other_cores": median(others),
+        "machine_cores": median(lambda r: sum(r["cores_busy"].values())),
+        # Per round, not a median: one round where a worker served every connection matters.
+        "busiest_worker_shares": [
+            share
+            for _, result in sorted(results.items())
+            for share in [busiest_process(result)]
+            if share is not None
+        ],
+    }
