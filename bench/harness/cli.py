@@ -38,6 +38,7 @@ from .metrics import (
     cpu_table,
     medians,
     mortar_per_request,
+    per_core,
     scaling,
     spend_control_check,
     target_names,
@@ -243,6 +244,7 @@ def summarize(report: dict[str, Any]) -> dict[str, Any]:
             report["mortar_per_request"], report["unmetered_per_request"]
         )
     report["scaling"] = scaling(runs)
+    report["per_core"] = per_core(runs)
     report["unexplained_cores"] = statistics.median(
         [run["result"]["unexplained_cpu_s"] / run["result"]["wall_s"] for run in runs] or [0.0]
     )

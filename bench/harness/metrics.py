@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .constants import SLOW_DELAY_MS
 from .mortar import SCALING_SCENARIOS, TWO_WORKERS
 from .targets import ordered, target_kind
 
@@ -413,6 +414,8 @@ def _scaling_side(target: str, results: dict[int, dict[str, Any]]) -> dict[str, 
         "mortar_cores": median(lambda r: r["cpu_s"][target] / r["wall_s"]),
         "other_cores": median(others),
         "machine_cores": median(lambda r: sum(r["cores_busy"].values())),
+        # What neither the servers, Postgres, Redis nor the load explain: others on the machine.
+        "unexplained_cores": median(lambda r: max(r["unexplained_cpu_s"], 0) / r["wall_s"]),
         # Per round, not a median: one round where a worker served every connection matters.
         "busiest_worker_shares": [
             share
@@ -421,3 +424,33 @@ def _scaling_side(target: str, results: dict[int, dict[str, Any]]) -> dict[str, 
             if share is not None
         ],
     }
+
+
+def per_core(runs: list[dict[str, Any]], target: str = "mortar") -> dict[str, float]:
+    """What one core of a Mortar's own CPU serves, from its CPU in each scenario (medians over
+    rounds): requests/s, 20-chunk streams/s, and slow streams at once (a chunk every
+    SLOW_DELAY_MS; from its CPU per chunk relayed, ramp and drain included)."""
+    out: dict[str, float] = {}
+    for scenario, key in (("json-32", "json_rps"), ("stream-32", "stream_rps")):
+        found = [
+            1000 / run["result"]["per_request"]["mortar_cpu_ms"]
+            for run in runs
+            if run["target"] == target
+            and run["scenario"] == scenario
+            and run["result"].get("per_request", {}).get("mortar_cpu_ms")
+        ]
+        if found:
+            out[key] = statistics.median(found)
+    chunk_us = []
+    for run in runs:
+        if run["target"] != target or run["scenario"] != "slow-1000":
+            continue
+        result = run["result"]
+        # Every token received: the first of each stream, then one per gap.
+        chunks = result["ttft"]["n"] + result["token_gap"]["n"]
+        if chunks and result["cpu_s"].get(target):
+            chunk_us.append(result["cpu_s"][target] * 1e6 / chunks)
+    if chunk_us:
+        out["slow_chunk_us"] = statistics.median(chunk_us)
+        out["slow_streams"] = 1e6 / out["slow_chunk_us"] * SLOW_DELAY_MS / 1000
+    return out

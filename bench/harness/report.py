@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from .constants import LITELLM_VENV, PYTHON, ROOT
+from .constants import LITELLM_VENV, PYTHON, ROOT, SLOW_DELAY_MS
 from .metrics import METRICS, SCENARIO_LABELS, TIMES, target_names
 from .mortar import TWO_WORKERS, UNMETERED
 
@@ -234,8 +234,8 @@ def render(report: dict[str, Any]) -> str:
         ]
         for name, verdict, detail in report["spend_control"]:
             lines.append(f"| {name} | {verdict} | {detail} |")
-    if report.get("scaling"):
-        lines += _scaling_section(report["scaling"])
+    if report.get("scaling") or report.get("per_core"):
+        lines += _scaling_section(report.get("scaling", []), report.get("per_core", {}))
     recorded = [("Mortar", report.get("recorded"))]
     if before:
         recorded.append((label(before), report.get("recorded_baseline")))
@@ -263,11 +263,30 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _scaling_section(rows: list[dict[str, Any]]) -> list[str]:
-    """Issue 17's "Beyond one core": Mortar's one worker against two, per throughput scenario."""
-    lines = [
-        "",
-        "## Beyond one core (issue 17)",
+def _scaling_section(rows: list[dict[str, Any]], per_core: dict[str, float]) -> list[str]:
+    """Issue 17's "Beyond one core": what one core of Mortar's serves, and Mortar's one worker
+    against two, per throughput scenario."""
+    lines = ["", "## Beyond one core (issue 17)"]
+    served = []
+    if "json_rps" in per_core:
+        served.append(f"{per_core['json_rps']:,.0f} non-streaming requests/s")
+    if "stream_rps" in per_core:
+        served.append(f"{per_core['stream_rps']:,.0f} 20-chunk streams/s")
+    if "slow_streams" in per_core:
+        served.append(
+            f"{per_core['slow_streams']:,.0f} slow streams at once (a chunk every "
+            f"{SLOW_DELAY_MS} ms; {per_core['slow_chunk_us']:.0f} µs of CPU per chunk relayed, "
+            "the streams' opening and records included, at 1,000 streams)"
+        )
+    if served:
+        lines += [
+            "",
+            f"Per core of Mortar's own CPU (its one worker's CPU per request, median over "
+            f"rounds; Postgres and Redis not counted): {_and(served)}.",
+        ]
+    if not rows:
+        return lines
+    lines += [
         "",
         f"{label(TWO_WORKERS)} is the working tree's Mortar, everything on as for Mortar, served "
         "by `uvicorn --workers 2` with its own database and Redis prefix, and not pinned to one "
@@ -312,6 +331,11 @@ def _scaling_section(rows: list[dict[str, Any]]) -> list[str]:
             (
                 "  cores busy, of 2 (anything)",
                 [one["machine_cores"], two["machine_cores"]],
+                "added",
+            ),
+            (
+                "  of which other processes (not this run's)",
+                [one.get("unexplained_cores"), two.get("unexplained_cores")],
                 "added",
             ),
         ):
