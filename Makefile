@@ -99,7 +99,8 @@ test-embedded: install chromium
 ## then the run writer's crash log: CPU per chunk appended (a few seconds, bench/chunklog_bench.py).
 ## Before/after in one run: BENCH_ARGS='--baseline REF' also serves Mortar at git revision REF
 ## (a temporary worktree, same venv) interleaved with the working tree; add --no-litellm to skip
-## LiteLLM, --quick for one short round. The harness is bench/harness/ (bench/run.py runs it).
+## LiteLLM, --quick for one short round, --no-scaling to skip Mortar with two workers (both
+## cores, beside its one worker: ~1.5 min). The harness is bench/harness/ (bench/run.py runs it).
 bench: install
 	command -v wrk >/dev/null || (apt-get update && apt-get install -y wrk)
 	$(BIN)/python bench/run.py $(BENCH_ARGS)

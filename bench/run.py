@@ -9,15 +9,20 @@
 - starts the mock model server (`python -m mockmodel`) on core 1; Mortar (uvicorn, one
   worker, as `make serve` runs it, with Postgres run recording and Redis telemetry on) and the
   LiteLLM proxy (its own virtual environment under bench/.litellm-venv, one worker, a master
-  key, no database) on core 0;
+  key, no database) on core 0; and `mortar@2-workers`, the same Mortar served by two uvicorn
+  workers on both cores — shared with the mock and the load generators, which stay on core 1
+  (its own database and Redis prefix; measured on json-32 and stream-32 only);
 - waits (bounded by --wait-quiet) until nothing else burns CPU on the machine, and records
   what it cannot explain per measurement;
 - loads them from separate processes on core 1 (wrk for throughput, `bench/loadgen.py` for
   gaps between chunks and one-connection latency), targets interleaved over the rounds. The
   1,000 slow streams are one long stream per connection (a token every 50 ms for the ramp plus
   one measurement), so all of them overlap for a whole measurement;
-- prints a table of medians with ratios to `direct` and to `litellm`, writes it to
-  bench/results/latest.md, and keeps every raw number in bench/results/latest.json.
+- prints a table of medians with ratios to `direct` and to `litellm`, and "Beyond one core":
+  what one core of Mortar's CPU serves, and its two workers' throughput over its one worker's
+  in the same run (each worker's share of the load, and the cores the rest of the machine
+  used beside them); writes it to bench/results/latest.md, and keeps every raw number in
+  bench/results/latest.json.
 
 Every process it starts is stopped on the way out, whatever happens; every wait is bounded.
 
@@ -34,6 +39,9 @@ Redis prefix. It is the target `mortar@<commit>`; the report adds its column, an
 before" column (the working tree against REF) and a verdict per throughput and latency measure
 (within 5% of before, or better). `--no-litellm` leaves LiteLLM out, for a shorter
 before/after run.
+
+`--no-scaling` leaves `mortar@2-workers` out (it adds about a minute and a half to a default
+run: six measurements, a warm-up and a database to migrate).
 
 `--profile` also records py-spy profiles of Mortar under the 32-connection and slow-stream
 loads (needs `.venv/bin/pip install py-spy`); `bench/profile_summary.py` sums them up.

@@ -38,11 +38,13 @@ from .metrics import (
     cpu_table,
     medians,
     mortar_per_request,
+    per_core,
+    scaling,
     spend_control_check,
     target_names,
     targets_check,
 )
-from .mortar import UNMETERED, mortar_sources
+from .mortar import TWO_WORKERS, UNMETERED, mortar_sources
 from .processes import Processes
 from .profiling import profile_mortar
 from .report import machine_info, render
@@ -76,6 +78,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help=f"leave out {UNMETERED} (the working tree, its model priced, without budgets or "
         "rate limits, beside which the report prices the spend-control checks; never with "
         "--baseline)",
+    )
+    parser.add_argument(
+        "--no-scaling",
+        dest="scaling",
+        action="store_false",
+        help=f"leave out {TWO_WORKERS} (the working tree served by two worker processes on "
+        "both cores, measured on json-32 and stream-32 beside Mortar's one worker: the report's "
+        "“Beyond one core”; about two minutes of a default run)",
     )
     parser.add_argument(
         "--profile",
@@ -133,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
         tempfile.TemporaryDirectory(prefix="mortar-bench-") as tmp,
         _baseline(args.baseline, Path(tmp)) as baseline,
     ):
-        mortars = mortar_sources(baseline, unmetered=args.unmetered)
+        mortars = mortar_sources(baseline, unmetered=args.unmetered, two_workers=args.scaling)
         try:
             bench = start_everything(processes, Path(tmp), mortars=mortars, litellm=args.litellm)
             for target in bench.targets.values():
@@ -141,7 +151,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"All {len(bench.targets)} targets answer correctly; warming up …", flush=True)
             for target in bench.targets.values():
                 for scenario in scenarios:
-                    if scenario.kind == "wrk":
+                    if scenario.kind == "wrk" and target.measured_on(scenario.name):
                         run_wrk(target, scenario, bench.tmp, 2)
             if not args.profile_only:
                 runs = measure_rounds(bench, scenarios, args.rounds, args.duration)
@@ -162,9 +172,11 @@ def main(argv: list[str] | None = None) -> None:
                 }
                 for target in bench.mortars():
                     assert target.mortar is not None
-                    key = {"mortar": "recorded", UNMETERED: "recorded_unmetered"}.get(
-                        target.name, "recorded_baseline"
-                    )
+                    key = {
+                        "mortar": "recorded",
+                        UNMETERED: "recorded_unmetered",
+                        TWO_WORKERS: "recorded_two_workers",
+                    }.get(target.name, "recorded_baseline")
                     report[key] = recorded_counts(target.mortar.database_url)
                 print("\n" + write_report(summarize(report)))
             if args.profile or args.profile_only:
@@ -189,6 +201,8 @@ def measure_rounds(
     for index, order in rounds_of(list(bench.targets), rounds):
         for scenario in scenarios:
             for name in order:
+                if not bench.targets[name].measured_on(scenario.name):
+                    continue
                 result = measure(bench, bench.targets[name], scenario, duration)
                 runs.append(
                     {"round": index, "scenario": scenario.name, "target": name, "result": result}
@@ -229,6 +243,8 @@ def summarize(report: dict[str, Any]) -> dict[str, Any]:
         report["spend_control"] = spend_control_check(
             report["mortar_per_request"], report["unmetered_per_request"]
         )
+    report["scaling"] = scaling(runs)
+    report["per_core"] = per_core(runs)
     report["unexplained_cores"] = statistics.median(
         [run["result"]["unexplained_cpu_s"] / run["result"]["wall_s"] for run in runs] or [0.0]
     )

@@ -23,6 +23,11 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / tick
 
 
+def process_cpu_seconds(pids: list[int]) -> dict[int, float]:
+    """User + system CPU time of each of these processes (all its threads)."""
+    return {pid: cpu_seconds([pid]) for pid in pids}
+
+
 def core_busy_seconds() -> dict[str, float]:
     """Busy (non-idle) seconds of each CPU since boot, from /proc/stat."""
     tick = os.sysconf("SC_CLK_TCK")

@@ -10,7 +10,14 @@ from typing import Any
 import httpx
 
 from .constants import QUIET_CPU_SHARE, QUIET_TIMEOUT_S
-from .cpu import children_cpu, core_busy_seconds, cpu_seconds, database_backends, pids_named
+from .cpu import (
+    children_cpu,
+    core_busy_seconds,
+    cpu_seconds,
+    database_backends,
+    pids_named,
+    process_cpu_seconds,
+)
 from .load import run_loadgen, run_wrk
 from .processes import session_pids
 from .scenarios import Scenario
@@ -19,7 +26,10 @@ from .targets import Bench, Target
 
 
 def server_cpu(bench: Bench) -> dict[str, float]:
-    """CPU seconds so far of each gateway, the mock, the bench databases' backends and Redis."""
+    """CPU seconds so far of each gateway, the mock, the bench databases' backends and Redis.
+
+    A server's is its whole session's: uvicorn's supervisor and every worker it started (they
+    stay in the session it was started in), not the supervisor alone."""
     cpu = {t.name: cpu_seconds(session_pids(t.server.pid)) for t in bench.gateways() if t.server}
     cpu["mock"] = cpu_seconds(session_pids(bench.mock.pid))
     cpu["postgres"] = cpu_seconds(database_backends(bench.databases()))
@@ -68,6 +78,8 @@ def measure(bench: Bench, target: Target, scenario: Scenario, duration: float) -
     mortar = target.mortar
     pg_before = pg_counters(mortar.database_url, mortar.database) if mortar else {}
     redis_before = redis_commands(bench.redis_url) if mortar else {}
+    workers = target.mortar.of.workers > 1 if target.mortar else False
+    processes_before = _session_cpu(target) if workers else {}
     cpu_before = server_cpu(bench)
     load_before = children_cpu()
     cores_before = core_busy_seconds()
@@ -80,6 +92,7 @@ def measure(bench: Bench, target: Target, scenario: Scenario, duration: float) -
     load_cpu = children_cpu() - load_before
     cores_after = core_busy_seconds()
     cpu_after = server_cpu(bench)
+    processes_after = _session_cpu(target) if workers else {}
     backlog = mortar_ready(target).get("run_writer", {}) if mortar else {}
     pg_after = pg_counters(mortar.database_url, mortar.database) if mortar else {}
     redis_after = redis_commands(bench.redis_url) if mortar else {}
@@ -100,6 +113,16 @@ def measure(bench: Bench, target: Target, scenario: Scenario, duration: float) -
             2,
         ),
     )
+    if workers:
+        # How the load split between the workers (the kernel hands each connection to one):
+        # each process's CPU in the measurement, the supervisor's among them, largest first.
+        result["process_cpu_s"] = sorted(
+            (
+                round(cpu - processes_before.get(pid, 0.0), 2)
+                for pid, cpu in processes_after.items()
+            ),
+            reverse=True,
+        )
     count = request_count(result)
     if mortar and count:
         result["writer_after"] = backlog
@@ -130,3 +153,8 @@ def request_count(result: dict[str, Any]) -> int:
         # Streams counted in the window only; the CPU covers ramp-up and drain too.
         return 0
     return int(result.get("requests", 0))
+
+
+def _session_cpu(target: Target) -> dict[int, float]:
+    """CPU seconds so far of each process of a server's session."""
+    return process_cpu_seconds(session_pids(target.server.pid)) if target.server else {}

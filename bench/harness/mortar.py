@@ -11,7 +11,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .baseline import Baseline
-from .constants import BENCH_DB, MODEL, MORTAR_ACCESS_LOG, PYTHON, ROOT, SERVER_CORE, UPSTREAM_MODEL
+from .constants import (
+    BENCH_DB,
+    LOAD_CORE,
+    MODEL,
+    MORTAR_ACCESS_LOG,
+    PYTHON,
+    ROOT,
+    SERVER_CORE,
+    UPSTREAM_MODEL,
+)
 from .processes import Processes, Started, base_env
 from .stores import admin_database_url, database_url, recreate_database
 
@@ -20,13 +29,17 @@ from .stores import admin_database_url, database_url, recreate_database
 class MortarSource:
     """One Mortar to measure: the tree it runs from and what it gets of its own."""
 
-    name: str  # "mortar" (the working tree), "mortar@<commit>" or UNMETERED
+    name: str  # "mortar" (the working tree), "mortar@<commit>", UNMETERED or TWO_WORKERS
     source: Path
     database: str
     redis_prefix: str
     # A budget and rate limits on the organization and on the key, all too large to refuse
     # anything: every request takes the checks' whole path (issue 14).
     spend_control: bool = True
+    workers: int = 1  # uvicorn's --workers
+    cores: str = SERVER_CORE  # taskset's CPU list
+    # The scenarios it is measured on; empty for all of them.
+    scenarios: tuple[str, ...] = ()
 
 
 # The working tree again, without budgets or rate limits: beside "mortar", what the checks
@@ -34,9 +47,18 @@ class MortarSource:
 # budget is set (that predates issue 14), so it is not the checks' cost.
 UNMETERED = "mortar@unmetered"
 
+# The working tree again, as "mortar" but with two uvicorn workers on both cores — shared with
+# the mock and the load generators, which the machine has no other cores for: beside "mortar",
+# what a second worker adds (issue 17). Measured on the throughput scenarios only.
+TWO_WORKERS = "mortar@2-workers"
+SCALING_SCENARIOS = ("json-32", "stream-32")
 
-def mortar_sources(baseline: Baseline | None, *, unmetered: bool = False) -> list[MortarSource]:
-    """The working tree's Mortar, and the baseline's if there is one, or its unmetered twin."""
+
+def mortar_sources(
+    baseline: Baseline | None, *, unmetered: bool = False, two_workers: bool = False
+) -> list[MortarSource]:
+    """The working tree's Mortar, and the baseline's if there is one, or its unmetered twin;
+    and with `two_workers`, the working tree served by two worker processes."""
     sources = [MortarSource("mortar", ROOT, BENCH_DB, _redis_prefix())]
     if baseline is not None:
         sources.append(
@@ -52,6 +74,18 @@ def mortar_sources(baseline: Baseline | None, *, unmetered: bool = False) -> lis
     elif unmetered:
         sources.append(
             MortarSource(UNMETERED, ROOT, f"{BENCH_DB}_unmetered", _redis_prefix(), False)
+        )
+    if two_workers:
+        sources.append(
+            MortarSource(
+                TWO_WORKERS,
+                ROOT,
+                f"{BENCH_DB}_2_workers",
+                _redis_prefix(),
+                workers=2,
+                cores=f"{SERVER_CORE},{LOAD_CORE}",
+                scenarios=SCALING_SCENARIOS,
+            )
         )
     return sources
 
@@ -169,15 +203,16 @@ def bench_config(mock_url: str, *, spend_control: bool) -> str:
 
 
 def pinned(setup: MortarSetup) -> list[str]:
-    """The command a Mortar is started under: pinned to the servers' core."""
-    return ["taskset", "-c", SERVER_CORE]
+    """The command a Mortar is started under: pinned to its cores (the servers' core)."""
+    return ["taskset", "-c", setup.of.cores]
 
 
 def mortar_start(
     processes: Processes, setup: MortarSetup, port: int, launcher: Launcher = pinned
 ) -> Started:
-    """As `make serve` runs it: uvicorn, uvloop, httptools, one worker, no access log; under
-    `launcher`'s command (taskset, or valgrind for bench/instructions_bench.py)."""
+    """As `make serve` runs it: uvicorn, uvloop, httptools, its workers (one but for
+    TWO_WORKERS), no access log; under `launcher`'s command (taskset, or valgrind for
+    bench/instructions_bench.py)."""
     return processes.start(
         setup.name,
         [
@@ -195,7 +230,7 @@ def mortar_start(
             "--http",
             "httptools",
             "--workers",
-            "1",
+            str(setup.of.workers),
             *([] if MORTAR_ACCESS_LOG else ["--no-access-log"]),
         ],
         env=setup.env,

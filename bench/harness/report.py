@@ -11,9 +11,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from .constants import LITELLM_VENV, PYTHON, ROOT
-from .metrics import METRICS, TIMES, target_names
-from .mortar import UNMETERED
+from .constants import LITELLM_VENV, PYTHON, ROOT, SLOW_DELAY_MS
+from .metrics import METRICS, SCENARIO_LABELS, TIMES, target_names
+from .mortar import TWO_WORKERS, UNMETERED
 
 NONE = "\u2013"  # an en dash: not measured
 
@@ -106,7 +106,12 @@ def _row(cells: list[str]) -> str:
 def render(report: dict[str, Any]) -> str:
     table = report["medians"]
     machine = report["machine"]
-    names = report.get("target_names") or target_names(report["runs"])
+    # A two-worker Mortar has its own table ("Beyond one core"), not a column of mostly dashes.
+    names = [
+        name
+        for name in report.get("target_names") or target_names(report["runs"])
+        if name != TWO_WORKERS
+    ]
     baseline = report.get("baseline")
     before: str | None = baseline["target"] if baseline else None
     litellm = "litellm" in names
@@ -229,11 +234,15 @@ def render(report: dict[str, Any]) -> str:
         ]
         for name, verdict, detail in report["spend_control"]:
             lines.append(f"| {name} | {verdict} | {detail} |")
+    if report.get("scaling") or report.get("per_core"):
+        lines += _scaling_section(report.get("scaling", []), report.get("per_core", {}))
     recorded = [("Mortar", report.get("recorded"))]
     if before:
         recorded.append((label(before), report.get("recorded_baseline")))
     if report.get("recorded_unmetered"):
         recorded.append((label(UNMETERED), report["recorded_unmetered"]))
+    if report.get("recorded_two_workers"):
+        recorded.append((label(TWO_WORKERS), report["recorded_two_workers"]))
     for name, counts in recorded:
         if counts:
             lines += [
@@ -252,3 +261,98 @@ def render(report: dict[str, Any]) -> str:
         )
     lines += ["", reproduce + " Raw numbers: bench/results/latest.json.", ""]
     return "\n".join(lines)
+
+
+def _scaling_section(rows: list[dict[str, Any]], per_core: dict[str, float]) -> list[str]:
+    """Issue 17's "Beyond one core": what one core of Mortar's serves, and Mortar's one worker
+    against two, per throughput scenario."""
+    lines = ["", "## Beyond one core (issue 17)"]
+    served = []
+    if "json_rps" in per_core:
+        served.append(f"{per_core['json_rps']:,.0f} non-streaming requests/s")
+    if "stream_rps" in per_core:
+        served.append(f"{per_core['stream_rps']:,.0f} 20-chunk streams/s")
+    if "slow_streams" in per_core:
+        served.append(
+            f"{per_core['slow_streams']:,.0f} slow streams at once (a chunk every "
+            f"{SLOW_DELAY_MS} ms; {per_core['slow_chunk_us']:.0f} µs of CPU per chunk relayed, "
+            "the streams' opening and records included, at 1,000 streams)"
+        )
+    if served:
+        lines += [
+            "",
+            f"Per core of Mortar's own CPU (its one worker's CPU per request, median over "
+            f"rounds; Postgres and Redis not counted): {_and(served)}.",
+        ]
+    if not rows:
+        return lines
+    lines += [
+        "",
+        f"{label(TWO_WORKERS)} is the working tree's Mortar, everything on as for Mortar, served "
+        "by `uvicorn --workers 2` with its own database and Redis prefix, and not pinned to one "
+        "core: its two workers run on both cores (`taskset -c 0,1`). **The mock model server "
+        "and the load generators share those cores with it** (they stay on core 1: this machine "
+        "has no other), and so do Postgres and Redis. The ratio is what a second worker adds on "
+        "a machine its own load already keeps busy, not what a second dedicated core would "
+        "give; what one core of Mortar's own serves is 1,000 / its CPU per request (the "
+        "“per core” rows). Medians over rounds; the throughput ratio of each round in brackets.",
+        "",
+        _row(["Measure", "Mortar, 1 worker (core 0)", f"{label(TWO_WORKERS)} (cores 0-1)",
+              "2 workers / 1"]),
+        _row(["---", "---:", "---:", "---:"]),
+    ]  # fmt: skip
+    for row in rows:
+        one, two = row["one"], row["two"]
+        unit = "req/s" if row["scenario"].startswith("json") else "streams/s"
+        rounds = ", ".join(f"{ratio:.2f}" for ratio in row["round_ratios"])
+        ratio = _compare("ratio", two["rps"], one["rps"])
+        lines.append(
+            _row(
+                [
+                    f"{SCENARIO_LABELS[row['scenario']]}, {unit}",
+                    _fmt(one["rps"]),
+                    _fmt(two["rps"]),
+                    ratio + (f" ({rounds})" if len(row["round_ratios"]) > 1 else ""),
+                ]
+            )
+        )
+        per_core = [
+            1000 / side["mortar_cpu_ms"] if side["mortar_cpu_ms"] else None for side in (one, two)
+        ]
+        for title, values, how in (
+            ("  Mortar CPU per request, ms", [one["mortar_cpu_ms"], two["mortar_cpu_ms"]], "ratio"),
+            (f"  per core of Mortar's CPU, {unit}", per_core, "ratio"),
+            ("  cores used by Mortar", [one["mortar_cores"], two["mortar_cores"]], "added"),
+            (
+                "  cores used by the mock, load generators, Postgres and Redis",
+                [one["other_cores"], two["other_cores"]],
+                "added",
+            ),
+            (
+                "  cores busy, of 2 (anything)",
+                [one["machine_cores"], two["machine_cores"]],
+                "added",
+            ),
+            (
+                "  of which other processes (not this run's)",
+                [one.get("unexplained_cores"), two.get("unexplained_cores")],
+                "added",
+            ),
+        ):
+            lines.append(
+                _row([title, _fmt(values[0]), _fmt(values[1]), _compare(how, values[1], values[0])])
+            )
+    shares = [
+        f"{SCENARIO_LABELS[row['scenario']].lower()} "
+        + ", ".join(f"{share:.0%}" for share in row["two"]["busiest_worker_shares"])
+        for row in rows
+        if row["two"].get("busiest_worker_shares")
+    ]
+    if shares:
+        lines += [
+            "",
+            "The busier worker's share of the two workers' CPU, per round (each connection is "
+            "served by the worker that accepted it, and wrk keeps its connections for the whole "
+            f"measurement; 50% is an even split): {'; '.join(shares)}.",
+        ]
+    return lines

@@ -40,6 +40,11 @@ class Target:
     def kind(self) -> str:
         return target_kind(self.name)
 
+    def measured_on(self, scenario: str) -> bool:
+        """Whether this target is measured on `scenario` (some Mortars on a few only)."""
+        only = self.mortar.of.scenarios if self.mortar is not None else ()
+        return not only or scenario in only
+
 
 @dataclass
 class Bench:
