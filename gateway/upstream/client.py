@@ -124,6 +124,24 @@ class UpstreamStream:
 
     def __init__(self, response: httpx.Response):
         self.response = response
+        self._silence = "The model server stopped sending."
+
+    def wait_between_chunks(self, seconds: float) -> None:
+        """From now on, time the reply out after `seconds` without a byte from the model server.
+
+        It is the socket's read timeout (aiohttp's, which measures the peer and cancels no
+        task), not a timer around each read: the relay steps a read by hand in the client's
+        task between its writes (`gateway/relay/watch.py`), where a timer that cancels the
+        task would land in whatever the task does then. Neither httpx nor httpx-aiohttp
+        exposes aiohttp's response, hence their private attributes.
+        """
+        self._silence = "The model server took too long between chunks."
+        bound: Any = self.response.stream  # httpx's wrapper of httpx-aiohttp's stream
+        aiohttp_response: aiohttp.ClientResponse = bound._stream._aiohttp_response
+        connection = aiohttp_response.connection
+        if connection is not None and connection.protocol is not None:  # else: all read
+            connection.protocol.read_timeout = seconds
+            connection.protocol.start_timeout()
 
     async def chunks(self) -> AsyncIterator[list[dict[str, Any]]]:
         """The chunk objects, a list per read of the model server's stream (never empty)."""
@@ -155,7 +173,7 @@ class UpstreamStream:
             if not done:
                 raise UpstreamError("The model server closed the stream before it was complete.")
         except httpx.TimeoutException:
-            raise UpstreamTimeout("The model server stopped sending.") from None
+            raise UpstreamTimeout(self._silence) from None
         except httpx.TransportError as exc:
             logger.warning("model server stream broke: %r", exc)  # its text may hold the URL
             raise UpstreamError(
