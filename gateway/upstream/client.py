@@ -34,7 +34,7 @@ from core.loops import PerLoop
 from core.tracing import inject_trace
 from gateway.models import Deployment
 from gateway.upstream.replicas import replica_name
-from gateway.upstream.sse import sse_data
+from gateway.upstream.sse import EventData
 
 logger = logging.getLogger(__name__)
 
@@ -151,8 +151,10 @@ class UpstreamStream:
                 yield [_completion_as_chunk(_json(await self.response.aread()))]
                 return
             done = False
-            async for batch in sse_data(self.response.aiter_raw()):
-                if done:
+            events = EventData()
+            async for piece in self.response.aiter_raw():
+                batch = events.feed(piece)
+                if done or not batch:
                     continue  # after [DONE], read on to the end so the connection is reused
                 chunks: list[dict[str, Any]] = []
                 for data in batch:
