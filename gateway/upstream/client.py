@@ -21,6 +21,7 @@ import aiohttp
 import httpx
 import orjson
 from httpx_aiohttp import AiohttpTransport
+from httpx_aiohttp.transport import map_aiohttp_exceptions
 
 from core.errors import (
     UpstreamError,
@@ -132,16 +133,19 @@ class UpstreamStream:
         It is the socket's read timeout (aiohttp's, which measures the peer and cancels no
         task), not a timer around each read: the relay steps a read by hand in the client's
         task between its writes (`gateway/relay/watch.py`), where a timer that cancels the
-        task would land in whatever the task does then. Neither httpx nor httpx-aiohttp
-        exposes aiohttp's response, hence their private attributes.
+        task would land in whatever the task does then.
         """
         self._silence = "The model server took too long between chunks."
-        bound: Any = self.response.stream  # httpx's wrapper of httpx-aiohttp's stream
-        aiohttp_response: aiohttp.ClientResponse = bound._stream._aiohttp_response
-        connection = aiohttp_response.connection
+        connection = self._aiohttp_response().connection
         if connection is not None and connection.protocol is not None:  # else: all read
             connection.protocol.read_timeout = seconds
             connection.protocol.start_timeout()
+
+    def _aiohttp_response(self) -> aiohttp.ClientResponse:
+        """aiohttp's response under httpx's (`AiohttpTransport`'s): neither httpx nor
+        httpx-aiohttp exposes it, hence their private attributes."""
+        bound: Any = self.response.stream  # httpx's wrapper of httpx-aiohttp's stream
+        return bound._stream._aiohttp_response  # type: ignore[no-any-return]
 
     async def chunks(self) -> AsyncIterator[list[dict[str, Any]]]:
         """The chunk objects, a list per read of the model server's stream (never empty)."""
@@ -152,26 +156,32 @@ class UpstreamStream:
                 return
             done = False
             events = EventData()
-            async for piece in self.response.aiter_raw():
-                batch = events.feed(piece)
-                if done or not batch:
-                    continue  # after [DONE], read on to the end so the connection is reused
-                chunks: list[dict[str, Any]] = []
-                for data in batch:
-                    if data == b"[DONE]":
-                        done = True
-                        break
-                    try:
-                        chunk = _json(data)
-                        if "error" in chunk and "choices" not in chunk:
-                            raise UpstreamError(f"The model server failed: {_message(chunk)}")
-                    except UpstreamError:
-                        if chunks:
-                            yield chunks  # what came before the fault is relayed first
-                        raise
-                    chunks.append(chunk)
-                if chunks:
-                    yield chunks
+            # aiohttp's reader itself, not httpx's `aiter_raw()`: under that are three async
+            # generators (httpx's, its bound stream's, httpx-aiohttp's) and aiohttp's chunk
+            # iterator, each passed twice a chunk. aiohttp's errors become httpx's, as
+            # httpx-aiohttp's stream would turn them.
+            body = self._aiohttp_response().content
+            with map_aiohttp_exceptions():
+                while piece := await body.readany():
+                    batch = events.feed(piece)
+                    if done or not batch:
+                        continue  # after [DONE], read on to the end so the connection is reused
+                    chunks: list[dict[str, Any]] = []
+                    for data in batch:
+                        if data == b"[DONE]":
+                            done = True
+                            break
+                        try:
+                            chunk = _json(data)
+                            if "error" in chunk and "choices" not in chunk:
+                                raise UpstreamError(f"The model server failed: {_message(chunk)}")
+                        except UpstreamError:
+                            if chunks:
+                                yield chunks  # what came before the fault is relayed first
+                            raise
+                        chunks.append(chunk)
+                    if chunks:
+                        yield chunks
             if not done:
                 raise UpstreamError("The model server closed the stream before it was complete.")
         except httpx.TimeoutException:
