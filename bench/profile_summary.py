@@ -103,7 +103,7 @@ CALL_SITES = [
     ("live.register / unregister", r"^LiveGenerations\.(register|unregister)"),
     ("open_stream (httpx send)", r"^open_stream \(gateway/upstream(/client)?\.py"),
     ("relay_chunks (per chunk)", r"^relay_chunks \(gateway/(generation/)?forwarding\.py"),
-    ("sse_data (SSE parsing)", r"^sse_data \(gateway/upstream(/sse)?\.py"),
+    ("SSE parsing", r"^(sse_data|EventData\.feed) \(gateway/upstream(/sse)?\.py"),
     ("optimize", r"^optimize \(gateway/optimizer"),
     ("plan (read/validate/resolve/optimize/count)", r"^plan \(gateway/pipeline(/plan)?\.py"),
     ("request_started/finished signals", r"^Signal\.asend|^Signal\.send \("),

@@ -138,7 +138,7 @@ async def relay_chunks(
     """Yield the deltas of the model server's chunks, a list per batch of chunks that arrived
     together (never empty), filling in `generation` as they pass.
 
-    The wait between chunks is the socket read timeout, plus a timer of our own only where
+    The wait between chunks is the socket read timeout, lowered after the first chunk where
     `between_chunks` is shorter than the first-byte wait; the total time is checked at every
     batch.
     """
@@ -148,11 +148,12 @@ async def relay_chunks(
     # A token is at least one byte, so the tokens counted so far plus the bytes since are a
     # bound: the tokenizer runs only when that bound passes the limit, on the text since its
     # last count — for most replies never, for a long one every few hundred bytes near the end.
-    chunk_timer = deployment.chunk_timeout_s < deployment.first_byte_timeout_s
     tokens = 0  # counted
     uncounted: list[str] = []
     uncounted_bytes = 0
     batch = first
+    if deployment.chunk_timeout_s < deployment.first_byte_timeout_s:
+        stream.wait_between_chunks(deployment.chunk_timeout_s)
     try:
         while True:
             deltas: list[Delta] = []
@@ -185,15 +186,9 @@ async def relay_chunks(
             if loop.time() > deadline:
                 raise UpstreamTimeout("The model server took too long in total.")
             try:
-                if chunk_timer:
-                    async with asyncio.timeout(deployment.chunk_timeout_s):
-                        batch = await anext(batches)
-                else:
-                    batch = await anext(batches)
+                batch = await anext(batches)
             except StopAsyncIteration:
                 return
-            except TimeoutError:
-                raise UpstreamTimeout("The model server took too long between chunks.") from None
     except UpstreamError as exc:  # mid-stream: the run fails with it (counted once, here)
         upstream_failed(deployment.name, exc.code)
         raise

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-from collections.abc import AsyncGenerator
-from dataclasses import dataclass
+import types
+from collections.abc import AsyncGenerator, Callable, Coroutine, Generator
 from typing import Any
 
 from core.flags import Flag
@@ -20,30 +20,22 @@ class Signal(enum.Enum):
     IDLE = "idle"  # no delta is ready: what is pending should go out now
 
 
-# Batches of deltas read ahead of the client at most; past that the model's stream waits.
-WATCH_QUEUE_SIZE = 64
-_END = object()  # the model's stream ended
-
-
-@dataclass(frozen=True)
-class _Failed:
-    error: Exception  # the model's stream raised this
-
-
 async def watch(
     deltas: Deltas,
     *,
     ping_interval: float | None,
     stop: Flag | None,
 ) -> AsyncGenerator[Delta | Signal, None]:
-    """Yield the deltas one by one; Signal.IDLE whenever no further delta is ready yet;
+    """Yield the deltas one by one; Signal.IDLE whenever the next batch is not ready yet;
     Signal.PING after `ping_interval` quiet seconds; Signal.STOPPED (and nothing after it) as
     soon as `stop` is set, even while the model is silent.
 
-    One task reads the model for the whole stream and hands batches over a small queue; a timer
-    and the stop flag (a listener, no task) only ever add a wake-up to that queue. (A task and
-    an `asyncio.wait` per delta, the obvious way to race a read against a timeout and a flag,
-    cost ~30 µs a chunk.)
+    The model's stream is read in the consumer's own task, one batch at a time (nothing is read
+    ahead of the client), by stepping each pending read by hand: while it waits, the task waits
+    on one future that the read, the ping timer or the stop flag's listener completes. (A task
+    and an `asyncio.wait` per delta, the obvious way to race a read against a timeout and a
+    flag, cost ~30 µs a chunk; a reader task per stream feeding a queue, two task wake-ups and
+    the queue's futures.)
     """
     if ping_interval is None and stop is None:
         async for batch in deltas:
@@ -52,73 +44,139 @@ async def watch(
             yield Signal.IDLE
         return
     loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=WATCH_QUEUE_SIZE)
     last_event = loop.time()
+    ping_due = False
+    woken: asyncio.Future[None] | None = None  # what the task waits on while the read does
 
-    def wake(item: Any) -> None:
-        # A full queue means the reader is not waiting: it sees the flag on its next item.
-        with contextlib.suppress(asyncio.QueueFull):
-            queue.put_nowait(item)
-
-    async def read() -> None:
-        try:
-            async for batch in deltas:
-                if queue.full():
-                    await queue.put(batch)  # the client reads slower than the model writes
-                else:
-                    queue.put_nowait(batch)
-        except Exception as exc:  # handed to the reader, raised there
-            await queue.put(_Failed(exc))
-        else:
-            await queue.put(_END)
+    def wake(*_: object) -> None:
+        if woken is not None and not woken.done():
+            woken.set_result(None)
 
     ping_timer: asyncio.TimerHandle | None = None
 
     def quiet_check(interval: float) -> None:
-        nonlocal ping_timer
+        nonlocal ping_timer, ping_due
         quiet_until = last_event + interval
         if loop.time() >= quiet_until:
-            wake(Signal.PING)
+            ping_due = True
+            wake()
             quiet_until = loop.time() + interval
         ping_timer = loop.call_at(quiet_until, quiet_check, interval)
 
-    reader = loop.create_task(read())
-    # The wake-up goes through the loop, as an event's waiter would: a stop is seen in order
-    # with what was already scheduled.
-    stop_listening = (
-        stop.listen(lambda: loop.call_soon(wake, Signal.STOPPED)) if stop is not None else None
-    )
+    stop_listening = stop.listen(wake) if stop is not None else None
     if ping_interval:
         ping_timer = loop.call_at(last_event + ping_interval, quiet_check, ping_interval)
+    read: _Read | None = None
     try:
         while True:
-            if queue.empty():
-                yield Signal.IDLE
-                item = await queue.get()
-            else:
-                item = queue.get_nowait()
             if stop is not None and stop.is_set():
                 yield Signal.STOPPED
                 return
-            if item is Signal.STOPPED:
-                continue  # a wake-up for a flag that is not set (cannot happen; harmless)
-            if item is Signal.PING:
+            if ping_due:
+                ping_due = False
                 last_event = loop.time()
                 yield Signal.PING
                 continue
-            if item is _END:
-                return
-            if isinstance(item, _Failed):
-                raise item.error
+            if read is None:
+                read = _Read(deltas)
+            elif not read.can_go_on():
+                woken = loop.create_future()
+                await read.wait(woken, wake)
+                continue
+            got = read.go_on()  # at the end of the stream: StopAsyncIteration, out of here
+            if got is None:
+                yield Signal.IDLE
+                continue
+            read = None
             last_event = loop.time()
-            for delta in item:
+            for delta in got:
                 yield delta
+    except StopAsyncIteration:
+        return  # the model's stream ended
     finally:
         if ping_timer is not None:
             ping_timer.cancel()
         if stop_listening is not None:
             stop_listening()
-        if not reader.done():
-            reader.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await reader  # let the model's stream close before anyone else touches it
+        if read is not None and read.started and read.pending:
+            # Cancelled where it waits, as its own task would be; the model's stream closes.
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await read.to_the_end(asyncio.CancelledError())
+
+
+class _Read:
+    """One `anext()` of the model's stream, stepped by hand in the consumer's task, as a task
+    steps a coroutine: it runs until it waits on a future, and goes on when that is done."""
+
+    __slots__ = ("_step", "pending", "started", "waiting_on", "yielded")
+
+    def __init__(self, deltas: Deltas) -> None:
+        self._step: Coroutine[Any, Any, list[Delta]] = deltas.__anext__()
+        self.started = False
+        self.pending = True  # started and not finished: it must be ended before the stream
+        self.waiting_on: asyncio.Future[Any] | None = None
+        self.yielded = False  # it gave the loop one pass (a bare `yield`), and waits for that
+
+    def can_go_on(self) -> bool:
+        if self.waiting_on is None:
+            return not self.yielded
+        return self.waiting_on.done()
+
+    def go_on(self) -> list[Delta] | None:
+        """Run the read until it has its batch, or None while it waits."""
+        self.started = True
+        try:
+            self.waiting_on = self._step.send(None)
+        except StopIteration as done:
+            self.pending = False
+            return done.value  # type: ignore[no-any-return]
+        except BaseException:
+            self.pending = False
+            raise
+        self.yielded = self.waiting_on is None
+        return None
+
+    async def wait(self, woken: asyncio.Future[None], wake: Callable[..., None]) -> None:
+        """Wait until what the read waits on is done, or someone completes `woken`.
+
+        A cancellation of the task goes to the read, where it would have gone had the read been
+        awaited directly (a timeout inside it, the client leaving), and the read ends."""
+        waiting_on = self.waiting_on
+        if waiting_on is None:
+            await asyncio.sleep(0)  # the loop pass the read asked for
+            self.yielded = False
+            return
+        waiting_on.add_done_callback(wake)
+        try:
+            await woken
+        except BaseException as exc:
+            waiting_on.remove_done_callback(wake)
+            with contextlib.suppress(StopAsyncIteration):  # it ended instead: `exc` goes on
+                await self.to_the_end(exc)
+            raise
+        if not waiting_on.done():
+            waiting_on.remove_done_callback(wake)
+
+    @types.coroutine
+    def to_the_end(self, error: BaseException) -> Generator[Any, Any, None]:
+        """Throw `error` into the read where it waits, and let it finish in this task, every
+        future it waits on from now on waited on by the task itself; raise what it raises."""
+        if self.waiting_on is not None:
+            self.waiting_on.cancel()  # as a cancelled task cancels what it waits on
+        throw: BaseException | None = error
+        try:
+            while True:
+                try:
+                    if throw is not None:
+                        waiting_on = self._step.throw(throw)
+                    else:
+                        waiting_on = self._step.send(None)
+                except StopIteration:
+                    return
+                throw = None
+                try:
+                    yield waiting_on
+                except BaseException as exc:
+                    throw = exc
+        finally:
+            self.pending = False

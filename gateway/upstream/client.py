@@ -21,6 +21,7 @@ import aiohttp
 import httpx
 import orjson
 from httpx_aiohttp import AiohttpTransport
+from httpx_aiohttp.transport import map_aiohttp_exceptions
 
 from core.errors import (
     UpstreamError,
@@ -34,7 +35,7 @@ from core.loops import PerLoop
 from core.tracing import inject_trace
 from gateway.models import Deployment
 from gateway.upstream.replicas import replica_name
-from gateway.upstream.sse import sse_data
+from gateway.upstream.sse import EventData
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +125,27 @@ class UpstreamStream:
 
     def __init__(self, response: httpx.Response):
         self.response = response
+        self._silence = "The model server stopped sending."
+
+    def wait_between_chunks(self, seconds: float) -> None:
+        """From now on, time the reply out after `seconds` without a byte from the model server.
+
+        It is the socket's read timeout (aiohttp's, which measures the peer and cancels no
+        task), not a timer around each read: the relay steps a read by hand in the client's
+        task between its writes (`gateway/relay/watch.py`), where a timer that cancels the
+        task would land in whatever the task does then.
+        """
+        self._silence = "The model server took too long between chunks."
+        connection = self._aiohttp_response().connection
+        if connection is not None and connection.protocol is not None:  # else: all read
+            connection.protocol.read_timeout = seconds
+            connection.protocol.start_timeout()
+
+    def _aiohttp_response(self) -> aiohttp.ClientResponse:
+        """aiohttp's response under httpx's (`AiohttpTransport`'s): neither httpx nor
+        httpx-aiohttp exposes it, hence their private attributes."""
+        bound: Any = self.response.stream  # httpx's wrapper of httpx-aiohttp's stream
+        return bound._stream._aiohttp_response  # type: ignore[no-any-return]
 
     async def chunks(self) -> AsyncIterator[list[dict[str, Any]]]:
         """The chunk objects, a list per read of the model server's stream (never empty)."""
@@ -133,29 +155,37 @@ class UpstreamStream:
                 yield [_completion_as_chunk(_json(await self.response.aread()))]
                 return
             done = False
-            async for batch in sse_data(self.response.aiter_raw()):
-                if done:
-                    continue  # after [DONE], read on to the end so the connection is reused
-                chunks: list[dict[str, Any]] = []
-                for data in batch:
-                    if data == b"[DONE]":
-                        done = True
-                        break
-                    try:
-                        chunk = _json(data)
-                        if "error" in chunk and "choices" not in chunk:
-                            raise UpstreamError(f"The model server failed: {_message(chunk)}")
-                    except UpstreamError:
-                        if chunks:
-                            yield chunks  # what came before the fault is relayed first
-                        raise
-                    chunks.append(chunk)
-                if chunks:
-                    yield chunks
+            events = EventData()
+            # aiohttp's reader itself, not httpx's `aiter_raw()`: under that are three async
+            # generators (httpx's, its bound stream's, httpx-aiohttp's) and aiohttp's chunk
+            # iterator, each passed twice a chunk. aiohttp's errors become httpx's, as
+            # httpx-aiohttp's stream would turn them.
+            body = self._aiohttp_response().content
+            with map_aiohttp_exceptions():
+                while piece := await body.readany():
+                    batch = events.feed(piece)
+                    if done or not batch:
+                        continue  # after [DONE], read on to the end so the connection is reused
+                    chunks: list[dict[str, Any]] = []
+                    for data in batch:
+                        if data == b"[DONE]":
+                            done = True
+                            break
+                        try:
+                            chunk = _json(data)
+                            if "error" in chunk and "choices" not in chunk:
+                                raise UpstreamError(f"The model server failed: {_message(chunk)}")
+                        except UpstreamError:
+                            if chunks:
+                                yield chunks  # what came before the fault is relayed first
+                            raise
+                        chunks.append(chunk)
+                    if chunks:
+                        yield chunks
             if not done:
                 raise UpstreamError("The model server closed the stream before it was complete.")
         except httpx.TimeoutException:
-            raise UpstreamTimeout("The model server stopped sending.") from None
+            raise UpstreamTimeout(self._silence) from None
         except httpx.TransportError as exc:
             logger.warning("model server stream broke: %r", exc)  # its text may hold the URL
             raise UpstreamError(

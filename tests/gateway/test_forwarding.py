@@ -294,6 +294,8 @@ def test_a_fault_after_the_stream_started_ends_it_with_one_error_event(
     last = json.loads(events[-1].removeprefix("data: "))
     assert last["error"]["type"] == "upstream_error"
     assert last["error"]["code"] == code
+    if code == "upstream_timeout":
+        assert last["error"]["message"] == "The model server took too long between chunks."
     run = wait_for_run(response.headers["X-Mortar-Run-Id"])
     assert (run.status, run.error_code) == ("failed", code)
     assert stored_bytes(run) == response.content

@@ -16,12 +16,13 @@ import pytest
 
 from core.flags import Flag
 from gateway.relay.json import CancelOnStop
-from gateway.relay.watch import WATCH_QUEUE_SIZE, Signal, watch
+from gateway.relay.watch import Signal, watch
 
 pytestmark = pytest.mark.looptime
 
 IDLE, PING, STOPPED = Signal.IDLE, Signal.PING, Signal.STOPPED
 PING_INTERVAL = 0.05
+TIMEOUT = 0.12  # the model's own, in "time out"
 
 
 def d(n: int) -> dict[str, Any]:
@@ -40,7 +41,7 @@ class Model:
 
     async def batches(self, *script: list[dict[str, Any]] | str) -> AsyncIterator[list[Any]]:
         """Yield each batch in `script`; "wait" waits for `resume`, "hang" never returns,
-        "fail" raises."""
+        "fail" raises, "time out" waits longer than a timeout of its own allows."""
         try:
             for step in script:
                 if step == "wait":
@@ -50,6 +51,9 @@ class Model:
                     await asyncio.Event().wait()
                 elif step == "fail":
                     raise RuntimeError("the model server broke")
+                elif step == "time out":
+                    async with asyncio.timeout(TIMEOUT):
+                        await asyncio.Event().wait()
                 else:
                     self.produced += 1
                     yield step  # type: ignore[misc]
@@ -82,7 +86,7 @@ async def test_it_yields_every_delta_in_order_and_idle_only_when_nothing_more_is
         if seen[-2:] == [d(1), IDLE]:
             model.resume.set()
     # Batches that are ready together go out with no IDLE between them.
-    assert seen == [IDLE, d(0), d(1), IDLE, d(2), d(3), d(4)]
+    assert seen == [d(0), d(1), IDLE, d(2), d(3), d(4)]
     assert model.closed
 
 
@@ -98,9 +102,11 @@ async def test_a_ping_after_each_quiet_interval() -> None:
         seen.append(item)
         if item is PING:
             pinged_at.append(loop.time() - started)
+            # The model is read in this task: the pings need no task either.
+            assert asyncio.all_tasks() == {asyncio.current_task()}
             if len(pinged_at) == 2:
                 model.resume.set()
-    assert seen == [IDLE, d(0), IDLE, PING, IDLE, PING, IDLE, d(1)]
+    assert seen == [d(0), IDLE, PING, PING, d(1)]
     # On the loop's clock: one interval after the last delta, then one after the last ping.
     assert pinged_at == pytest.approx([PING_INTERVAL, 2 * PING_INTERVAL])
 
@@ -140,13 +146,13 @@ async def test_stopped_the_moment_stop_is_set_while_the_model_is_silent() -> Non
     pressed_at = stopped_at = None
     async for item in watch(model.batches([d(0)], "hang"), ping_interval=10.0, stop=stop):
         seen.append(item)
-        if seen == [IDLE, d(0), IDLE]:
+        if seen == [d(0), IDLE]:
             pressed_at = loop.time() + 1.0
             loop.call_at(pressed_at, stop.set)  # pressed while the model says nothing
         if item is STOPPED:
             stopped_at = loop.time()
     # STOPPED ends the stream: the loop above ended without the model ever speaking again.
-    assert seen == [IDLE, d(0), IDLE, STOPPED]
+    assert seen == [d(0), IDLE, STOPPED]
     # On the loop's clock, STOPPED came when Stop was pressed: it waited for nothing.
     assert stopped_at == pytest.approx(pressed_at)
     assert model.closed  # the silent read was cancelled, and the model's stream closed
@@ -161,9 +167,9 @@ async def test_nothing_after_stopped_even_when_deltas_are_ready() -> None:
     ):
         seen.append(item)
         if item == d(0):
-            stop.set()  # d(1) and d(2) are already read ahead
-    assert seen == [IDLE, d(0), STOPPED]
-    assert model.produced == 3
+            stop.set()  # d(1) and d(2) are ready
+    assert seen == [d(0), STOPPED]
+    assert model.produced == 1  # nothing was read ahead of the client
 
 
 async def test_a_stop_set_before_the_first_delta_yields_only_stopped() -> None:
@@ -171,7 +177,7 @@ async def test_a_stop_set_before_the_first_delta_yields_only_stopped() -> None:
     stop = Flag()
     stop.set()
     seen = [item async for item in watch(model.batches([d(0)]), ping_interval=None, stop=stop)]
-    assert seen == [IDLE, STOPPED]
+    assert seen == [STOPPED]
 
 
 @pytest.mark.parametrize("with_stop", [False, True], ids=["fast-path", "queue"])
@@ -195,7 +201,6 @@ async def test_the_models_error_reaches_the_consumer_after_the_deltas_before_it(
 async def test_closing_early_cancels_the_silent_read_and_closes_the_models_stream() -> None:
     model = Model()
     watched = watch(model.batches([d(0)], "hang"), ping_interval=PING_INTERVAL, stop=None)
-    assert await anext(watched) is IDLE
     assert await anext(watched) == d(0)
     assert await anext(watched) is IDLE
     await watched.aclose()
@@ -207,8 +212,7 @@ async def test_closing_early_while_the_model_streams_leaves_it_free_to_close() -
     model = Model()
     deltas = model.batches(*([d(n)] for n in range(1000)))
     watched = watch(deltas, ping_interval=PING_INTERVAL, stop=Flag())
-    assert await anext(watched) is IDLE
-    assert await anext(watched) == d(0)  # the reader is now blocked on a full queue
+    assert await anext(watched) == d(0)
     await watched.aclose()
     assert asyncio.all_tasks() == {asyncio.current_task()}
     # The reader is done with the model's stream: its owner can close it at once (the relay
@@ -218,22 +222,51 @@ async def test_closing_early_while_the_model_streams_leaves_it_free_to_close() -
     assert model.produced < 1000
 
 
-async def test_a_slow_consumer_keeps_the_read_ahead_within_the_queue_size() -> None:
+async def test_nothing_is_read_ahead_of_a_slow_consumer() -> None:
     model = Model()
-    batches = 4 * WATCH_QUEUE_SIZE
     received = 0
     read_ahead: list[int] = []
     async for item in watch(
-        model.batches(*([d(n)] for n in range(batches))), ping_interval=None, stop=Flag()
+        model.batches(*([d(n)] for n in range(20))), ping_interval=None, stop=Flag()
     ):
         if isinstance(item, dict):
             received += 1
             read_ahead.append(model.produced - received)
             await asyncio.sleep(0.01)  # the client reads slower than the model writes
-    assert received == batches
-    # Taken from the model, not yet received: what the queue holds plus the one batch the
-    # reader holds while it waits for room — the queue's size, and never more.
-    assert max(read_ahead) == WATCH_QUEUE_SIZE
+    assert received == 20
+    assert max(read_ahead) == 0
+
+
+async def test_the_client_leaving_while_the_model_is_silent_cancels_the_models_read() -> None:
+    model = Model()
+    seen: list[Any] = []
+
+    async def client() -> None:
+        async for item in watch(
+            model.batches([d(0)], "hang"), ping_interval=PING_INTERVAL, stop=Flag()
+        ):
+            seen.append(item)
+
+    task = asyncio.create_task(client())
+    await asyncio.sleep(2.5 * PING_INTERVAL)  # two pings into the model's silence
+    task.cancel()  # what the endpoint does when the client leaves
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert seen == [d(0), IDLE, PING, PING]
+    assert model.closed
+
+
+async def test_a_timeout_inside_the_models_stream_still_fires_through_the_pings() -> None:
+    model = Model()
+    seen: list[Any] = []
+    with pytest.raises(TimeoutError):
+        async for item in watch(
+            model.batches([d(0)], "time out"), ping_interval=PING_INTERVAL, stop=Flag()
+        ):
+            seen.append(item)
+    # The model's timer cancelled the task; the model's read saw it where it waited.
+    assert seen == [d(0), IDLE, PING, PING]
+    assert model.closed
 
 
 # CancelOnStop: a stop ends the block it guards, quietly; any other cancellation goes on.
