@@ -14,13 +14,12 @@ from decimal import Decimal
 import pytest
 from django.db import connection
 
-from accounts.models import ApiKey
 from gateway.budget_slices import SLICE_HOLDS
-from gateway.budgets import HeldBudget, budget_slices, hold_for
+from gateway.budgets import HeldBudget, budget_slices
 from telemetry.models import BudgetHold, BudgetSpend
 from tests.gateway.test_hold_batches import (
-    PRICES,
     WHOLE_HOLD,
+    hold_one,
     ledger_rows_removed,
     unsaved_key,
 )
@@ -35,19 +34,6 @@ def run_ids(count: int) -> list[str]:
     return [f"batch-{tag}-{i}" for i in range(count)]
 
 
-async def hold(key: ApiKey, run_id: str) -> HeldBudget:
-    held = await hold_for(
-        run_id=run_id,
-        key=key,
-        prompt_tokens=1000,
-        max_tokens=10,
-        prices=PRICES,
-        total_timeout_s=60,
-    )
-    assert held is not None
-    return held
-
-
 def test_holds_come_from_one_slice_once_the_ledger_says_there_is_room() -> None:
     key = unsaved_key(Decimal(100))  # room for some 26,000 holds of $0.003813
     first, *rest = run_ids(5)
@@ -59,8 +45,8 @@ def test_holds_come_from_one_slice_once_the_ledger_says_there_is_room() -> None:
             connection.close()
 
     async def scenario() -> tuple[HeldBudget, list[HeldBudget], Decimal]:
-        alone = await hold(key, first)
-        together = await asyncio.gather(*(hold(key, run_id) for run_id in rest))
+        alone = await hold_one(key, first)
+        together = await asyncio.gather(*(hold_one(key, run_id) for run_id in rest))
         reserved = await asyncio.to_thread(held_now)
         await budget_slices().release_all()  # the worker stops
         return alone, list(together), reserved
@@ -88,7 +74,7 @@ def test_near_the_end_of_a_budget_every_hold_comes_from_the_ledger() -> None:
     ids = run_ids(6)
 
     async def scenario() -> list[HeldBudget]:
-        return [await hold(key, run_id) for run_id in ids]
+        return [await hold_one(key, run_id) for run_id in ids]
 
     held = asyncio.run(scenario())
 

@@ -52,20 +52,24 @@ def transactions_of(run_ids: list[str]) -> int:
     return int(row[0])
 
 
-async def hold_at_once(key: ApiKey, run_ids: list[str]) -> list[HeldBudget | BaseException]:
-    async def one(run_id: str) -> HeldBudget:
-        held = await hold_for(
-            run_id=run_id,
-            key=key,
-            prompt_tokens=1000,
-            max_tokens=10,
-            prices=PRICES,
-            total_timeout_s=60,
-        )
-        assert held is not None
-        return held
+async def hold_one(key: ApiKey, run_id: str) -> HeldBudget:
+    """Hold 1000 prompt tokens and 10 output tokens at PRICES, as the pipeline would."""
+    held = await hold_for(
+        run_id=run_id,
+        key=key,
+        prompt_tokens=1000,
+        max_tokens=10,
+        prices=PRICES,
+        total_timeout_s=60,
+    )
+    assert held is not None
+    return held
 
-    answers = await asyncio.gather(*(one(run_id) for run_id in run_ids), return_exceptions=True)
+
+async def hold_at_once(key: ApiKey, run_ids: list[str]) -> list[HeldBudget | BaseException]:
+    answers = await asyncio.gather(
+        *(hold_one(key, run_id) for run_id in run_ids), return_exceptions=True
+    )
     return [a for a in answers if isinstance(a, HeldBudget | BaseException)]
 
 
