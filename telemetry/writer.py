@@ -107,12 +107,10 @@ def encode_row(item: WriterItem) -> Row:
     if isinstance(item, ChunkSent):
         return ("c", item.run_id, item.seq, item.offset_us, item.data)
     if isinstance(item, RunOpened):
+        images = [tuple(image) for image in item.images]
         if item.budget is not None:
-            images = [tuple(image) for image in item.images]
             return ("o", item.fields, images, tuple(item.budget))
-        if item.images:
-            return ("o", item.fields, [tuple(image) for image in item.images])
-        return ("o", item.fields)
+        return ("o", item.fields, images) if images else ("o", item.fields)
     return ("x", item.run_id, item.fields)
 
 
