@@ -5,10 +5,11 @@ Each simulated request takes the path of a request whose organization and key bo
 and requests and tokens per minute (too large to refuse anything) on a priced model:
 `rate_limits_check` (one EVALSHA, awaited), `hold_for` (from the worker's slice of the
 budgets, in memory; the ledger's thread, batched, only for the first hold and each slice), the
-`x-ratelimit-*` headers, the generation (one loop pass), the charge, the draws and the
-settlement (on a thread of its own, in batches, as the run writer does them in its
-transaction) and the usage counted against the token limits. CONCURRENCY requests interleave
-on one event loop (uvloop, as `make serve` runs).
+`x-ratelimit-*` headers, the generation (one loop pass), the charge and the usage counted
+against the token limits. CONCURRENCY requests interleave on one event loop (uvloop, as `make
+serve` runs). The draw from the slice and the settlement are not here: the run's own insert and
+update take them, in Postgres (triggers, telemetry migration 0018), so they cost this process
+two more columns in the run's row; `make bench` counts Postgres's CPU beside Mortar's.
 
 Prints the process's CPU per request (process time: every thread) less the same loop doing
 nothing but its awaits, per concurrency; the median of the rounds. `make bench` measures the
@@ -28,7 +29,6 @@ import secrets
 import statistics
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from pathlib import Path
 
@@ -53,7 +53,7 @@ django.setup()
 
 import uvloop  # noqa: E402
 from django.core.management import call_command  # noqa: E402
-from django.db import connection, transaction  # noqa: E402
+from django.db import connection  # noqa: E402
 
 from accounts.models import ApiKey, Organization  # noqa: E402
 from core.backplane import backplane  # noqa: E402
@@ -62,8 +62,6 @@ from gateway.pipeline.limits import count_usage, rate_limits_check  # noqa: E402
 from gateway.pipeline.plan import Plan  # noqa: E402
 from gateway.pipeline.surface import CHAT_COMPLETIONS  # noqa: E402
 from telemetry.costs import Prices, usage_cost  # noqa: E402
-from telemetry.records import BudgetDraw  # noqa: E402
-from telemetry.services.budgets import budget_draws_take, budget_holds_settle  # noqa: E402
 
 PRICES = Prices(input=Decimal("0.20"), cached_input=Decimal("0.05"), output=Decimal("0.60"))
 PROMPT, COMPLETION, MAX_TOKENS = 420, 180, 1024
@@ -86,44 +84,7 @@ def bench_key() -> ApiKey:
     return ApiKey.objects.select_related("organization").get(pk=key.pk)
 
 
-class Settlements:
-    """The charges, settled in batches on a thread of its own (as the run writer does, with the
-    draws from the worker's slices taken first, as its runs' inserts take them)."""
-
-    def __init__(self) -> None:
-        self.thread = ThreadPoolExecutor(1, thread_name_prefix="bench-settle")
-        self.pending: list[tuple[str, Decimal]] = []
-        self.draws: list[BudgetDraw] = []
-        self.batches: list[asyncio.Future[None]] = []
-
-    def add(self, run_id: str, cost: Decimal, draw: BudgetDraw | None) -> None:
-        self.pending.append((run_id, cost))
-        if draw is not None:
-            self.draws.append(draw)
-        if len(self.pending) >= 32:
-            self.flush()
-
-    def flush(self) -> None:
-        batch, self.pending = self.pending, []
-        draws, self.draws = self.draws, []
-        if batch:
-            self.batches.append(
-                asyncio.get_running_loop().run_in_executor(self.thread, _settle, batch, draws)
-            )
-
-    async def wait(self) -> None:
-        self.flush()
-        await asyncio.gather(*self.batches)
-        self.batches.clear()
-
-
-def _settle(batch: list[tuple[str, Decimal]], draws: list[BudgetDraw]) -> None:
-    with transaction.atomic():
-        budget_draws_take(draws)
-        budget_holds_settle(batch)
-
-
-async def one_request(key: ApiKey, settlements: Settlements) -> None:
+async def one_request(key: ApiKey) -> None:
     plan = Plan(run_id="chatcmpl-" + secrets.token_hex(12), surface=CHAT_COMPLETIONS)
     plan.prompt_tokens, plan.max_tokens = PROMPT, MAX_TOKENS
     await rate_limits_check(key=key, decided=plan)
@@ -138,7 +99,7 @@ async def one_request(key: ApiKey, settlements: Settlements) -> None:
     assert held is not None and plan.rate_limits is not None
     plan.rate_limits.headers()
     await asyncio.sleep(0)  # the generation
-    settlements.add(plan.run_id, held.charge(usage_cost(USAGE, PRICES)), held.draw)
+    held.charge(usage_cost(USAGE, PRICES))
     count_usage(plan.rate_limits, PROMPT, USAGE)
 
 
@@ -150,19 +111,17 @@ async def null_request() -> None:
 
 async def run(key: ApiKey, requests: int, concurrency: int, real: bool) -> tuple[float, float]:
     """The process's user and system CPU seconds for `requests` requests."""
-    settlements = Settlements()
     counter = iter(range(requests))
 
     async def worker() -> None:
         for _ in counter:
             if real:
-                await one_request(key, settlements)
+                await one_request(key)
             else:
                 await null_request()
 
     before = os.times()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    await settlements.wait()
     await backplane().barrier()
     after = os.times()
     return after.user - before.user, after.system - before.system

@@ -4,9 +4,9 @@ Every hold used to be a round trip and a commit before generation could start (`
 most of what spend control cost a request, in CPU and in latency (README, "Spend control,
 measured"). A worker now reserves a *slice* of a budget — a hold of its own in the ledger,
 counted in the budget's `held_usd` like any — and holds its requests from it in memory. Each
-run's draw travels in its opened row; the run writer turns it into the run's own hold in the
-transaction that first stores the run (`telemetry.services.budgets.budget_draws_take`), and from
-there the run is settled like any other. The ledger's bound is unchanged: a slice is held before
+run's draw travels in its opened row; the insert that first stores the run turns it into the
+run's own hold (a trigger, telemetry migration 0018), and from there the run is settled like
+any other. The ledger's bound is unchanged: a slice is held before
 anything is drawn from it, so `spent + held` never passes the budget, across any number of
 workers.
 

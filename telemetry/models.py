@@ -79,6 +79,11 @@ class Run(models.Model):
     # to the micro-dollar; null for a run no budget applied to (or refused before its hold).
     held_usd = models.DecimalField(max_digits=14, decimal_places=6, null=True)
     charged_usd = models.DecimalField(max_digits=14, decimal_places=6, null=True)
+    # A hold drawn from its worker's slice of the budgets (`gateway.budget_slices`): the
+    # slice's id, and the part of `held_usd` that paid for the prompt. The row's insert moves
+    # the draw from the slice to the run's own hold, in Postgres (migration 0018).
+    budget_slice = models.CharField(max_length=64, null=True)
+    held_prompt_usd = models.DecimalField(max_digits=14, decimal_places=6, null=True)
 
     # Reports of the prompt optimizer and the named tool selector, as sent in their headers.
     optimizer_report = models.JSONField(null=True, blank=True)

@@ -54,10 +54,8 @@ def write(
     chunks: Sequence[Chunk],
     updates: dict[str, RunFields],
     replay: bool,
-) -> set[str] | None:
-    """Write new runs, then chunks, then outcomes (run id → fields), in the caller's transaction;
-    return the ids of the new runs inserted now when a replay found some there already (None:
-    every one of them was inserted now)."""
+) -> None:
+    """Write new runs, then chunks, then outcomes (run id → fields), in the caller's transaction."""
     # A cursor that binds parameters on the server (Django's binds them into the query text),
     # so the constant UPDATEs are converted once and prepared.
     with psycopg.Cursor(pg_connection) as cursor:
@@ -65,12 +63,12 @@ def write(
         # one in Python (it unwraps dbapi Binary, never passed here) that costs a third of a
         # chunk row's COPY.
         cursor.adapters.register_dumper(bytes, BytesBinaryDumper)
-        inserted = _copy_runs(cursor, new_runs, replay=replay) if new_runs else None
+        if new_runs:
+            _copy_runs(cursor, new_runs, replay=replay)
         if chunks:
             _copy_chunks(cursor, chunks, replay=replay)
         if updates:
             _update_runs(cursor, updates)
-    return inserted
 
 
 def json_dumps(value: Any) -> bytes:
@@ -291,15 +289,13 @@ def _run_table() -> _RunTable:
     return _RunTable()
 
 
-def _copy_runs(
-    cursor: psycopg.Cursor[Any], runs: Sequence[RunFields], *, replay: bool
-) -> set[str] | None:
+def _copy_runs(cursor: psycopg.Cursor[Any], runs: Sequence[RunFields], *, replay: bool) -> None:
     table = _run_table()
     rows = [table.row(fields) for fields in runs]
     if not replay:
         _copy(cursor, table.name, table.column_list, rows, table.copy_types)
-        return None
-    return _copy_skipping_conflicts(
+        return
+    _copy_skipping_conflicts(
         cursor,
         rows,
         table=table.name,
@@ -335,25 +331,22 @@ def _copy_skipping_conflicts(
     temporary: tuple[str, str],
     conflict: str,
     types: list[str],
-) -> set[str] | None:
-    """COPY rows into `table`, leaving out those already there (by the `conflict` key); return
-    the first column's values of the rows inserted, or None when all of them were."""
+) -> None:
+    """COPY rows into `table`, leaving out those already there (by the `conflict` key)."""
     try:
         with transaction.atomic():  # a savepoint
             _copy(cursor, table, columns, rows, types)
-        return None
+        return
     except psycopg.errors.UniqueViolation:
         pass  # some rows are in already: the batch's first try did commit
     name, definition = temporary
-    first_column = columns.split(",")[0].strip()
     cursor.execute(f"CREATE TEMP TABLE {name} {definition}")
     _copy(cursor, name, columns, rows, types)
-    inserted = cursor.execute(
+    cursor.execute(
         f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {name}"
-        f" ON CONFLICT {conflict} DO NOTHING RETURNING {first_column}"
-    ).fetchall()
+        f" ON CONFLICT {conflict} DO NOTHING"
+    )
     cursor.execute(f"DROP TABLE {name}")
-    return {value for (value,) in inserted}
 
 
 def _copy(

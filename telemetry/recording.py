@@ -60,7 +60,6 @@ class RunRecorder:
         }
         self._late_fields: RunFields = {}
         self._images: tuple[ImageRecord, ...] = ()
-        self._budget_draw: BudgetDraw | None = None
         self._early_chunks: list[ChunkSent] = []
         self._opened = False
         self._closed = False
@@ -79,8 +78,8 @@ class RunRecorder:
 
     def set_budget_draw(self, draw: BudgetDraw) -> None:
         """What the run drew from its worker's slice of its budgets (before it is opened): it
-        travels in the run's opened row, so the writer takes it with the run's insert."""
-        self._budget_draw = draw
+        travels in the run's opened row (with `held_usd`, its amount), whose insert takes it."""
+        self.set(budget_slice=draw.slice_id, held_prompt_usd=draw.prompt_usd)
 
     def set_images(self, images: Sequence[ImageRecord]) -> None:
         """Note the images the request carries: stored with its body, once each by content."""
@@ -131,7 +130,6 @@ class RunRecorder:
         return RunOpened(
             self._stored(self._fields, keep_body=keep_body),
             self._images if keeps_images else (),
-            self._budget_draw,
         )
 
     # -- the run's life ------------------------------------------------------------------

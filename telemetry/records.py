@@ -64,6 +64,8 @@ class RunFields(TypedDict, total=False):
     cost: Decimal | None
     held_usd: Decimal | None
     charged_usd: Decimal | None
+    budget_slice: str | None
+    held_prompt_usd: Decimal | None
     chunk_count: int
     # What the dashboard's search reads (`telemetry.search_text`).
     prompt_text: str
@@ -106,8 +108,8 @@ class ImageRecord(NamedTuple):
 
 class BudgetDraw(NamedTuple):
     """What a run drew from its worker's slice of its budgets (`gateway.budget_slices`): part of
-    the run's opened row, so the writer turns it into the run's own hold with the run's first
-    insert (`telemetry.services.budgets.budget_draws_take`)."""
+    the run's opened row (`budget_slice`, `held_usd`, `held_prompt_usd`), whose first insert
+    turns it into the run's own hold, in Postgres (telemetry migration 0018)."""
 
     run_id: str
     slice_id: str

@@ -54,7 +54,7 @@ from telemetry.metrics import writer_depth
 from telemetry.models import Run, RunChunk
 from telemetry.records import BudgetDraw, ImageRecord, RunFields
 from telemetry.search_text import prompt_text
-from telemetry.services.budgets import budget_draws_take, budget_holds_settle
+from telemetry.services.budgets import budget_holds_settle
 from telemetry.spool import Row, Spool
 
 logger = logging.getLogger(__name__)
@@ -83,8 +83,6 @@ class RunOpened(NamedTuple):
     fields: RunFields
     # The images its request carried, stored once each by content (`telemetry.images`).
     images: tuple[ImageRecord, ...] = ()
-    # What it drew from its worker's slice of its budgets: its hold, taken with its insert.
-    budget: BudgetDraw | None = None
 
 
 class ChunkSent(NamedTuple):
@@ -108,8 +106,6 @@ def encode_row(item: WriterItem) -> Row:
         return ("c", item.run_id, item.seq, item.offset_us, item.data)
     if isinstance(item, RunOpened):
         images = [tuple(image) for image in item.images]
-        if item.budget is not None:
-            return ("o", item.fields, images, tuple(item.budget))
         return ("o", item.fields, images) if images else ("o", item.fields)
     return ("x", item.run_id, item.fields)
 
@@ -121,8 +117,12 @@ def decode_row(row: Row) -> WriterItem:
         return ChunkSent._make(row[1:])
     if kind == "o":
         images = tuple(ImageRecord._make(image) for image in row[2]) if len(row) > 2 else ()
-        budget = BudgetDraw._make(row[3]) if len(row) > 3 else None
-        return RunOpened(row[1], images, budget)
+        fields = row[1]
+        if len(row) > 3:
+            # Spooled by a worker from before the draw was part of the run's fields.
+            draw = BudgetDraw._make(row[3])
+            fields = {**fields, "budget_slice": draw.slice_id, "held_prompt_usd": draw.prompt_usd}
+        return RunOpened(fields, images)
     if kind == "x":
         return RunClosed._make(row[1:])
     raise ValueError(f"unknown spooled row kind {kind!r}")
@@ -170,15 +170,12 @@ def write_batch(items: Sequence[WriterItem], *, replay: bool = False) -> None:
     updates: dict[str, RunFields] = {}
     chunks: list[ChunkSent] = []
     images: list[RunImages] = []
-    draws: dict[str, BudgetDraw] = {}
     # The items' own dicts are used as they are, never changed: a batch that fails is tried
     # again, or spooled, as it came. Merging two makes a new dict.
     for item in items:
         if isinstance(item, ChunkSent):
             chunks.append(item)
         elif isinstance(item, RunOpened):
-            if item.budget is not None:
-                draws[item.budget.run_id] = item.budget
             fields = _with_prompt_text(item.fields)
             if item.images:
                 # The bodies name each image instead of repeating its bytes.
@@ -202,17 +199,16 @@ def write_batch(items: Sequence[WriterItem], *, replay: bool = False) -> None:
             # Raw psycopg calls, wrapped so their errors become Django's (and mark the
             # connection as having failed, for `drop_broken_connection`).
             with connection.wrap_database_errors:
-                inserted = postgres_writes.write(
+                # The runs' budget draws and charges are taken by the inserts and updates
+                # themselves (triggers: telemetry migration 0018), not by statements of their
+                # own: a draw with its run's first insert, never again on a replay.
+                postgres_writes.write(
                     connection.connection,
                     new_runs=list(new_runs.values()),
                     chunks=chunks,
                     updates=updates,
                     replay=replay,
                 )
-            # A draw is taken with its run's first insert, never again on a replay.
-            budget_draws_take(
-                [draw for run_id, draw in draws.items() if inserted is None or run_id in inserted]
-            )
         else:  # SQLite, the embedded default: plain ORM writes, conflicts ignored
             Run.objects.bulk_create(
                 [Run(**_text_safe(fields)) for fields in new_runs.values()],
@@ -225,19 +221,19 @@ def write_batch(items: Sequence[WriterItem], *, replay: bool = False) -> None:
             )
             for run_id, fields in updates.items():
                 Run.objects.filter(pk=run_id).update(**_cut_to_fit(_text_safe(fields)))
+            # A run's charge reaches its budgets with its outcome, in one commit (issue 14).
+            budget_holds_settle(
+                [
+                    (run_id, charged)
+                    for rows in (new_runs, updates)
+                    for run_id, fields in rows.items()
+                    if (charged := fields.get("charged_usd")) is not None
+                ]
+            )
         if images:  # after their runs, whose rows they point at
             run_images_write(images)
         if replay and chunks:
             _interrupted_runs_recounted({run_id for run_id, *_ in chunks})
-        # A run's charge reaches its budgets with its outcome, in one commit (issue 14).
-        budget_holds_settle(
-            [
-                (run_id, charged)
-                for rows in (new_runs, updates)
-                for run_id, fields in rows.items()
-                if (charged := fields.get("charged_usd")) is not None
-            ]
-        )
 
 
 def _interrupted_runs_recounted(run_ids: set[str]) -> None:

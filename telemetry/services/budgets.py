@@ -39,7 +39,6 @@ from psycopg.types.json import Jsonb
 from core.errors import InsufficientQuota
 from telemetry.costs import PER_MILLION, Prices
 from telemetry.models import BudgetHold, BudgetSpend, Run
-from telemetry.records import BudgetDraw
 
 logger = logging.getLogger(__name__)
 
@@ -294,36 +293,7 @@ def _postgres_holds(
     return answers
 
 
-_DRAWS = "SELECT mortar_budget_draws(%s)"
 _RELEASE = "SELECT mortar_budget_release(%s, %s)"
-
-
-def budget_draws_take(draws: Sequence[BudgetDraw]) -> None:
-    """Turn what runs drew from their workers' slices into holds of their own, in the caller's
-    transaction (the run writer's, which stores the runs: each draw is taken with its run's
-    first insert, so a replayed row never takes it twice). A slice's amount moves to its runs'
-    holds; the budgets' `held_usd` already counts it."""
-    if not draws:
-        return
-    payload = Jsonb(
-        [
-            {
-                "run_id": draw.run_id,
-                "slice_id": draw.slice_id,
-                "amount": str(draw.amount_usd),
-                "prompt_usd": str(draw.prompt_usd),
-            }
-            for draw in draws
-        ],
-        dumps=orjson.dumps,
-    )
-    with _server_bound_cursor() as cursor:
-        row = cursor.execute(_DRAWS, [payload], prepare=True).fetchone()
-    taken = row[0] if row else 0
-    if taken < len(draws):
-        # Their slices expired first (a worker dead for longer than a slice lives): the
-        # reconciliation released those slices; these runs go uncharged.
-        logger.warning("budget: %d draws found their slice gone", len(draws) - taken)
 
 
 def budget_slice_release(slice_id: str, amount: Decimal) -> None:

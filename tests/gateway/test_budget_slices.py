@@ -18,9 +18,8 @@ from django.db.models import Max, Sum
 from gateway.budget_slices import SLICE_IDLE_SECONDS, SWEEP_SECONDS
 from telemetry.costs import Prices
 from telemetry.models import BudgetHold, BudgetSpend, Run
-from telemetry.records import BudgetDraw
 from telemetry.services.budgets import Budget, HoldRequest, budget_holds, budget_holds_reconcile
-from telemetry.writer import RunOpened, write_batch
+from telemetry.writer import RunClosed, RunOpened, write_batch
 from tests.conftest import _server_env, wait_for_run
 from tests.support.budgets import (
     EXAMPLE_USD,
@@ -159,11 +158,11 @@ def test_a_killed_worker_s_slice_and_its_runs_holds_expire_and_are_reconciled(
     assert Decimal(budget["spent_usd"]) == spend.spent_usd
 
 
-def test_a_replayed_run_row_does_not_take_its_draw_twice(
+def test_a_run_takes_its_draw_with_its_first_insert_and_is_charged_once(
     mortar_server: ServerProcess,  # (the test database with the ledger's functions)
 ) -> None:
-    """The writer takes a draw with its run's first insert; the same opened row replayed (a
-    spool, a dead writer's log) finds the run there and takes nothing."""
+    """A run's insert takes its draw; the same opened row replayed (a spool, a dead writer's
+    log) finds the run there and takes nothing. Its outcome's update charges it, once."""
     tenant = budget_tenant(key_usd="10")
     now = datetime.now(UTC)
     budget = Budget(BudgetSpend.Owner.KEY, tenant.key_id, Decimal(10), "total")
@@ -195,17 +194,28 @@ def test_a_replayed_run_row_does_not_take_its_draw_twice(
             "api_key_id": tenant.key_id,
             "status": Run.Status.IN_PROGRESS,
             "held_usd": EXAMPLE_USD,
+            "budget_slice": slice_id,
+            "held_prompt_usd": PROMPT_USD,
         },
-        (),
-        BudgetDraw(run_id, slice_id, EXAMPLE_USD, PROMPT_USD),
     )
 
     committed(lambda: write_batch([opened]))
     committed(lambda: write_batch([opened], replay=True))
 
-    assert BudgetHold.objects.get(run_id=run_id).amount_usd == EXAMPLE_USD
+    hold = BudgetHold.objects.get(run_id=run_id)
+    assert (hold.amount_usd, hold.prompt_usd) == (EXAMPLE_USD, PROMPT_USD)
     assert BudgetHold.objects.get(run_id=slice_id).amount_usd == Decimal(1) - EXAMPLE_USD
     # The budget's rows never moved: a draw only moves an amount from one hold to another.
     assert spend_of(BudgetSpend.Owner.KEY, tenant.key_id).held_usd == Decimal(1)
+
+    # Closed in a later batch: the outcome's update charges the run and releases the rest of
+    # its hold; the same outcome replayed charges nothing more.
+    charged = Decimal("0.000250")
+    closed = RunClosed(run_id, {"status": Run.Status.COMPLETED, "charged_usd": charged})
+    committed(lambda: write_batch([closed]))
+    committed(lambda: write_batch([closed], replay=True))
+    assert not BudgetHold.objects.filter(run_id=run_id).exists()
+    spend = spend_of(BudgetSpend.Owner.KEY, tenant.key_id)
+    assert (spend.spent_usd, spend.held_usd) == (charged, Decimal(1) - EXAMPLE_USD)
     # Not left for other tests' reconciliations to find.
     committed(lambda: BudgetHold.objects.filter(run_id__in=[run_id, slice_id]).delete())

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -174,6 +175,21 @@ def test_the_spool_row_format_keeps_every_value() -> None:
         RunClosed("r", {"status": "completed", "finished_at": when, "first_token_at": None}),
     ]
     assert [decode_row(encode_row(item)) for item in items] == items
+
+
+def test_an_opened_row_spooled_with_its_budget_draw_apart_is_read_into_its_fields() -> None:
+    """Before the draw was part of the run's fields (telemetry migration 0018), a spool or a
+    crash log carried it as the opened row's fourth value: such a row still takes its draw."""
+    fields = {"id": "r", "held_usd": Decimal("0.004"), "budget_slice": None}
+    draw = ("r", "slice-abc-1", Decimal("0.004"), Decimal("0.001"))
+    assert decode_row(("o", fields, [], draw)) == RunOpened(
+        {
+            "id": "r",
+            "held_usd": Decimal("0.004"),
+            "budget_slice": "slice-abc-1",
+            "held_prompt_usd": Decimal("0.001"),
+        }
+    )
 
 
 # The spool.
