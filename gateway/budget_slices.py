@@ -31,6 +31,7 @@ Only on Postgres: the embedded mode (SQLite, one process) holds from the ledger 
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import secrets
@@ -71,7 +72,10 @@ _worker_tag = secrets.token_hex(6)
 _serials = itertools.count(1)
 
 
+@functools.cache
 def slices_enabled() -> bool:
+    # Once per process: the database's engine does not change, and `connection.vendor` goes
+    # through Django's per-thread connection lookup on every request.
     return connection.vendor == "postgresql"
 
 

@@ -148,6 +148,7 @@ class RedisBackplane(Backplane):
         )
         self._reader_client = _without_retries(url)
         self._streams: dict[str, RedisStream] = {}
+        self._rate_keys: dict[str, str] = {}  # a bucket's name → its key
         self._group_sizes: dict[str, bytes | None] = {}  # a packed ZCARD per group, or None
 
     def _key(self, name: str) -> str:
@@ -223,11 +224,16 @@ class RedisBackplane(Backplane):
     # would cost more CPU than the script itself)
 
     def _rate_args(self, mode: bytes, buckets: Sequence[Bucket]) -> list[bytes | str | int]:
+        keys = self._rate_keys
         args: list[bytes | str | int] = [len(buckets)]
-        args.extend(self._key(f"ratelimit:{bucket.name}") for bucket in buckets)
+        for bucket in buckets:
+            key = keys.get(bucket.name)
+            if key is None:
+                key = keys[bucket.name] = self._key(f"ratelimit:{bucket.name}")
+            args.append(key)
         args.append(mode)
         for bucket in buckets:
-            args.extend((bucket.limit, bucket.cost))
+            args += (bucket.limit, bucket.cost)
         return args
 
     async def rate_admit(self, buckets: Sequence[Bucket]) -> Verdict | None:
@@ -242,17 +248,12 @@ class RedisBackplane(Backplane):
         except (ConnectionError, TimeoutError, redis_reply_error) as error:
             logger.warning("redis: the rate limiter did not answer (%s); admitting", error)
             return None
-        admitted, retry_after_ms, *states = reply
-        return Verdict(
-            admitted == 1,
-            retry_after_ms,
-            tuple(
-                BucketState(bucket.limit, remaining, reset_ms)
-                for bucket, remaining, reset_ms in zip(
-                    buckets, states[::2], states[1::2], strict=True
-                )
-            ),
+        # {admitted, retry_after_ms, then per bucket: remaining, reset_ms}
+        states = tuple(
+            BucketState(bucket.limit, reply[2 * n], reply[2 * n + 1])
+            for n, bucket in enumerate(buckets, 1)
         )
+        return Verdict(reply[0] == 1, reply[1], states)
 
     def rate_count(self, buckets: Sequence[Bucket]) -> None:
         args = self._rate_args(b"count", buckets)

@@ -2,13 +2,14 @@
 the real ledger: the first hold of a budget comes from the ledger, which says how much room is
 left; with room for 100 such holds, the next ones come from one slice reserved for them all;
 near the end of a budget every hold comes from the ledger; a stopping worker gives back what
-it did not draw.
+it did not draw; a slice is not drawn from past its budgets' period.
 """
 
 from __future__ import annotations
 
 import asyncio
 import secrets
+import time
 from decimal import Decimal
 
 import pytest
@@ -83,3 +84,31 @@ def test_near_the_end_of_a_budget_every_hold_comes_from_the_ledger() -> None:
     assert not BudgetHold.objects.filter(
         run_id__startswith="slice-", key_spend__owner_id=key.id
     ).exists()
+
+
+def test_a_slice_is_not_drawn_from_past_the_end_of_its_budgets_period() -> None:
+    """A draw is charged to the period its slice was reserved in: once that period is over, the
+    slice goes back (what was not drawn) and the next hold takes a new one."""
+    key = unsaved_key(Decimal(100))
+    first, before_end, after_end = run_ids(3)
+
+    async def scenario() -> tuple[HeldBudget, HeldBudget]:
+        await hold_one(key, first)  # from the ledger, which says how much room there is
+        before = await hold_one(key, before_end)
+        slices = budget_slices()
+        [current] = slices._slices.values()
+        current.period_ends_at = time.time()  # the budget's period ends now
+        after = await hold_one(key, after_end)
+        await slices.release_all()
+        return before, after
+
+    before, after = asyncio.run(scenario())
+
+    assert before.draw is not None and after.draw is not None
+    assert before.draw.slice_id != after.draw.slice_id
+    # Both slices went back but for their one draw each (which the run writer would move to
+    # the runs' holds); nothing else is held.
+    for draw in (before.draw, after.draw):
+        assert BudgetHold.objects.get(run_id=draw.slice_id).amount_usd == WHOLE_HOLD
+    spend = BudgetSpend.objects.get(owner="key", owner_id=key.id)
+    assert spend.held_usd == 3 * WHOLE_HOLD
