@@ -38,6 +38,12 @@ CATEGORIES = [
         r"telemetry/writer\.py|telemetry/spool\.py|telemetry/postgres_writes\.py",
     ),
     (
+        "spend control (budget holds and slices, rate limits; issue 14)",
+        r"gateway/pipeline/limits\.py|gateway/pipeline/budget\.py|gateway/budgets\.py"
+        r"|gateway/budget_slices\.py|telemetry/services/budgets\.py|core/ratelimits\.py"
+        r"|^(rate_admit|rate_count|_rate_args) \(core/backplane/redis\.py",
+    ),
+    (
         "ORM queries (key + catalog lookups, on worker threads)",
         r"django/db/models|django/db/backends",
     ),
