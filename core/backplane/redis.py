@@ -26,10 +26,10 @@ from typing import Any
 import hiredis
 import redis
 import redis.asyncio as redis_async
+from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.retry import Retry
 
 from core.backplane.base import NO_ENTRY, Backplane, Entries, Stream
 from core.backplane.broadcast import BroadcastListener
