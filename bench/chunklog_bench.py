@@ -1,18 +1,20 @@
 """Measure the run writer's crash log: CPU per chunk appended, budget ≤ 2 µs (issue 15).
 
 Every chunk a client is sent is appended to the log (`telemetry.chunklog`) on the event loop:
-framed into a buffer, then written with one write() a loop pass. This drives a ChunkLog the way
-the gateway does, in its own temporary directory, a few seconds in all:
+framed and copied into the memory-mapped segment (no system call; segments are made, with their
+blocks reserved, every 4 MiB). This drives a ChunkLog the way the gateway does, in its own
+temporary directory, a few seconds in all:
 
 - streams: STREAMS streams interleaved, each loop pass appending one chunk of ~150 bytes for
   PER_PASS of them (the chunks that are ready together), the writer acknowledging what it
   stored every 50 ms (as its batches do), segments rotated and deleted as they fill;
 - the loop alone: the same passes with nothing appended, so the difference is the log's;
-- then the same with one chunk a loop pass: a write() for every chunk, the most it can cost.
+- then the same with one chunk a loop pass (an idle gateway; with the log written by write(), as
+  before 2026-12-04, that was a system call for every chunk).
 
-"CPU µs/chunk" is the process's CPU time (user + system: the write() calls are in it) per chunk,
-less the loop's own, the best of three, on uvloop as the server runs. The run fails (exit 1)
-when the busy case is over budget or a segment is left behind.
+"CPU µs/chunk" is the process's CPU time (user + system: page faults and segment making are in it)
+per chunk, less the loop's own, the best of three, on uvloop as the server runs. The run fails (exit
+1) when the busy case is over budget or a segment is left behind.
 
     .venv/bin/python bench/chunklog_bench.py [--chunks 400000] [--per-pass 20]
 """
@@ -58,7 +60,7 @@ async def drive(log: ChunkLog | None, chunks: int, per_pass: int) -> float:
         if log is not None and time.monotonic() >= next_ack:
             log.ack(appended)  # the writer stored everything queued so far
             next_ack += ACK_EVERY_SECONDS
-        await asyncio.sleep(0)  # end of the pass: the log's write runs
+        await asyncio.sleep(0)  # end of the pass
     if log is not None:
         log.ack(appended)
         log.close()  # everything stored: its segments are deleted
@@ -90,7 +92,7 @@ def main() -> None:
     print(
         f"chunk log ({len(CHUNK)} B chunks, {STREAMS} streams; budget {BUDGET_US} µs/chunk):\n"
         f"  {loaded:.2f} CPU µs/chunk at {args.per_pass} chunks a loop pass (a busy gateway)\n"
-        f"  {alone:.2f} CPU µs/chunk at 1 chunk a loop pass (one write() a chunk: an idle one)\n"
+        f"  {alone:.2f} CPU µs/chunk at 1 chunk a loop pass (an idle one)\n"
         f"  segments left after every row was acknowledged: {len(left)}"
     )
     if loaded > BUDGET_US or left:

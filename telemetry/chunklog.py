@@ -1,14 +1,17 @@
 """The run writer's crash log: every row queued for the writer, on local disk, until it is stored.
 
-The writer keeps rows in memory for a few milliseconds before a batch reaches Postgres (or, in
-an outage, its fsync'ed spool). A process killed meanwhile (kill -9, the OOM killer, a crash)
-would lose them, chunks its clients already received among them. So each writer also appends
-every row it queues to a log of its own: buffered in memory and written with one ``write()`` a
-pass of the event loop (``loop.call_soon``), never fsync'ed — a process crash leaves what was
-written in the OS's page cache, which reaches the disk without the process; power loss before
-that is not covered. The writer acknowledges (``ack``) how many rows reached Postgres or the
-spool; the log is cut into segments, and a segment whose rows are all acknowledged is deleted,
-so the log stays small.
+The writer keeps rows in memory for a few milliseconds before a batch reaches Postgres (or, in an
+outage, its fsync'ed spool). A process killed meanwhile (kill -9, the OOM killer, a crash) would
+lose them, chunks its clients already received among them. So each writer also appends every row it
+queues to a log of its own, as it queues it: the log's segment is a file mapped into memory
+(``mmap``), so a row is logged by copying it there — into the OS's page cache, with no system call —
+and is in the log before the caller goes on (before its bytes reach a client). It is never fsync'ed:
+a process crash leaves what was copied in the page cache, which reaches the disk without the
+process; power loss before that is not covered. (A ``write()`` a loop pass cost a system call per
+lone chunk, and each one let the run writer's thread take the GIL from the event loop;
+``bench/chunklog_bench.py`` measures the copy.) The writer acknowledges (``ack``) how many rows
+reached Postgres or the spool; the log is cut into segments, and a segment whose rows are all
+acknowledged is deleted, so the log stays small.
 
 A segment is ``<dir>/log-<owner>-<n>.seg``, made as ``.new`` and renamed once its owner holds
 an exclusive ``flock`` on it; the kernel drops the lock when the process dies. A writer starting
@@ -29,18 +32,20 @@ Segment format (version 1), little-endian::
              | b"a" u64 count                                          rows 0..count-1 are stored
 
 Rows are numbered from 0 in the order the owner queued them; a segment's rows are consecutive
-from its header's number. A reader stops at the first record that is short or fails its CRC:
-the torn end of a write cut short. Pickle is as safe as in the spool: only this machine's
+from its header's number. A segment's blocks are reserved when it is made (``posix_fallocate``:
+a store into a mapping can never meet a full disk), so its unused end reads as zeros. A reader
+stops at the first record that is short or fails its CRC: the end of the records, or the torn end
+of a copy cut short. Pickle is as safe as in the spool: only this machine's
 Mortar processes write under VAR_DIR.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import fcntl
 import itertools
 import logging
+import mmap
 import os
 import pickle
 import struct
@@ -63,6 +68,8 @@ ACK = struct.Struct("<cQ")
 # deleted as soon as all its rows are acknowledged. Small enough that the log stays a few MB
 # while the database keeps up, large enough that segments are made rarely.
 SEGMENT_BYTES = 4 * 1024 * 1024
+# How long rows go unlogged after the disk refused a new segment, before the next try.
+RETRY_SECONDS = 1.0
 
 Row = tuple[Any, ...]  # a row in the spool's form (`telemetry.writer.encode_row`)
 Chunk = tuple[str, int, int, bytes]  # run id, seq, offset µs, data: a `ChunkSent`
@@ -79,7 +86,10 @@ class Segment:
 
     path: Path
     fd: int
-    size: int
+    # The segment's whole length (its blocks reserved), mapped; unmapped once it is closed.
+    mapping: mmap.mmap
+    size: int  # bytes used
+    capacity: int
     end_seq: int = -1  # once closed: the number of the first row after it
 
 
@@ -91,21 +101,18 @@ class ChunkLog:
         self.segment_bytes = segment_bytes
         self._owner = f"{os.getpid()}-{int(time.time() * 1000)}-{next(_serials)}"
         self._serial = itertools.count(1)
-        self._buffer: list[bytes] = []
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._appended = 0  # rows appended; the next one's number
-        self._flushed = 0  # rows handed to write() (the first buffered row's number)
         self._acked = 0
         self._segment: Segment | None = None
         self._full: deque[Segment] = deque()  # closed segments, oldest first
         self._closed = False
-        self._failing = False  # the disk refused the last write (logged once)
+        self._failing_until = 0.0  # the disk refused a new segment: rows go unlogged till then
 
     @property
     def unacknowledged(self) -> int:
         return self._appended - self._acked
 
-    # The request path: no disk I/O, one buffered bytes object a row.
+    # The request path: a copy into the page cache a row, no system call.
 
     def append_chunk(self, chunk: Chunk) -> None:
         """Log a chunk row (the hot path: one per chunk a client is sent)."""
@@ -114,10 +121,7 @@ class ChunkLog:
         run_id, seq, offset_us, data = chunk
         rid = run_id.encode()
         body = _pack_chunk_head(b"c", len(rid), seq, offset_us) + rid + data
-        buffer = self._buffer
-        if not buffer:
-            self._schedule()
-        buffer.append(_pack_frame(len(body), _crc32(body)) + body)
+        self._put(_pack_frame(len(body), _crc32(body)) + body)
         self._appended += 1
 
     def append_row(self, row: Row) -> None:
@@ -131,7 +135,7 @@ class ChunkLog:
             # the same way if it ever gets there.
             logger.exception("chunk log: a row that cannot be pickled is not logged: %.200r", row)
             body = b"n"
-        self._add(body)
+        self._put(_pack_frame(len(body), _crc32(body)) + body)
         self._appended += 1
 
     def ack(self, count: int) -> None:
@@ -139,96 +143,94 @@ class ChunkLog:
         if count <= self._acked or self._closed:
             return
         self._acked = count
-        self._add(ACK.pack(b"a", count))
+        body = ACK.pack(b"a", count)
+        self._put(_pack_frame(len(body), _crc32(body)) + body)
         while self._full and self._full[0].end_seq <= count:
             self._remove(self._full.popleft())
 
-    def _add(self, body: bytes) -> None:
-        if not self._buffer:
-            self._schedule()
-        self._buffer.append(_pack_frame(len(body), _crc32(body)) + body)
-
-    def _schedule(self) -> None:
-        """Write the buffer once this pass of the event loop is done with it."""
-        loop = self._loop
-        if loop is None:  # the writer's loop: a writer (and its log) belongs to one
-            loop = self._loop = asyncio.get_running_loop()
-        loop.call_soon(self.flush)
-
-    # Writing, in the event loop (a write to the page cache: microseconds, never a wait).
-
-    def flush(self) -> None:
-        """Write what is buffered, with one write()."""
-        if not self._buffer:
-            return
-        first, rows = self._flushed, self._appended
-        self._flushed = rows
-        data = b"".join(self._buffer)
-        self._buffer.clear()
-        try:
-            segment = self._segment
+    def _put(self, record: bytes) -> None:
+        """Copy a record into the current segment's mapping: it is in the page cache, and so
+        survives the process, once this returns."""
+        segment = self._segment
+        if segment is None or segment.size + len(record) > segment.capacity:
+            segment = self._next_segment(len(record))
             if segment is None:
-                segment = self._segment = self._new_segment(first_seq=first)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(segment.fd, view) :]
-            segment.size += len(data)
+                return
+        end = segment.size + len(record)
+        segment.mapping[segment.size : end] = record
+        segment.size = end
+
+    def _next_segment(self, record_bytes: int) -> Segment | None:
+        """Close the segment appended to, and begin the next, made for at least a record of
+        `record_bytes`; None (the record goes unlogged) while the disk refuses."""
+        self._close_segment(self._appended)
+        if self._failing_until:
+            if time.monotonic() < self._failing_until:
+                return None
+            logger.warning("chunk log: trying %s again", self.directory)
+        try:
+            # The next row's number: whatever was not logged before it, it is numbered right
+            # (a gap is log lost, never rows misnumbered).
+            self._segment = self._new_segment(
+                first_seq=self._appended,
+                length=max(self.segment_bytes, SEGMENT_HEADER.size + record_bytes),
+            )
         except OSError:
-            if not self._failing:
+            if not self._failing_until:
                 logger.exception("chunk log: cannot write to %s; rows go unlogged", self.directory)
-            self._failing = True
-            # What follows goes to a new segment, numbered right: a gap is log lost, never
-            # rows misnumbered.
-            self._close_segment(rows)
-            return
-        if self._failing:
-            logger.warning("chunk log: writing to %s again", self.directory)
-            self._failing = False
-        if segment.size >= self.segment_bytes:
-            self._close_segment(rows)
+            self._failing_until = time.monotonic() + RETRY_SECONDS
+            return None
+        self._failing_until = 0.0
+        return self._segment
 
     def _close_segment(self, end_seq: int) -> None:
         segment, self._segment = self._segment, None
         if segment is None:
             return
         segment.end_seq = end_seq
+        # Unmapped, its pages stay in the page cache as the file's; only its lock is kept.
+        segment.mapping.close()
         if end_seq <= self._acked:
             self._remove(segment)
         else:
             self._full.append(segment)
 
-    def _new_segment(self, *, first_seq: int) -> Segment:
+    def _new_segment(self, *, first_seq: int, length: int) -> Segment:
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / f"log-{self._owner}-{next(self._serial):06d}.seg"
         # Made under a name claimers ignore, and renamed once locked: a claimer must never lock
         # a live owner's segment before its owner does.
         making = path.with_suffix(".new")
-        fd = os.open(making, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+        fd = os.open(making, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # Its blocks reserved up front: a store into the mapping can never meet a full
+            # disk (which would be a SIGBUS, not an error).
+            os.posix_fallocate(fd, 0, length)
+            mapping = mmap.mmap(fd, length)
             header = SEGMENT_HEADER.pack(MAGIC, first_seq)
-            os.write(fd, header)
+            mapping[: len(header)] = header
             os.rename(making, path)
         except BaseException:
             os.close(fd)
             making.unlink(missing_ok=True)
             raise
-        return Segment(path, fd, len(header))
+        return Segment(path, fd, mapping, len(header), length)
 
     def _remove(self, segment: Segment) -> None:
+        segment.mapping.close()  # (a no-op if it is closed already)
         # Unlinked before its lock is dropped, so nobody claims a segment that is done.
         with contextlib.suppress(FileNotFoundError):
             os.unlink(segment.path)
         os.close(segment.fd)
 
     def close(self) -> None:
-        """Write what is buffered; delete the segments if everything is stored, else leave them
-        (unlocked) for the next writer to replay."""
-        self.flush()
+        """Delete the segments if everything is stored, else leave them (unlocked) for the next
+        writer to replay."""
         self._closed = True
-        segments = [*self._full, *([self._segment] if self._segment else [])]
+        self._close_segment(self._appended)
+        segments = list(self._full)
         self._full.clear()
-        self._segment = None
         done = self._acked >= self._appended
         if not done:
             logger.warning(
@@ -284,7 +286,7 @@ class SegmentContents:
     first_seq: int
     rows: list[tuple[int, Row]]  # (its number, the row)
     acked: int
-    torn: int  # bytes at the end that are no whole record
+    torn: int  # bytes at the end that are no whole record (the unused zeros not counted)
 
 
 def read_segment(data: bytes) -> SegmentContents | None:
@@ -322,7 +324,10 @@ def read_segment(data: bytes) -> SegmentContents | None:
         else:
             break  # not a record this version writes: treat as the end
         offset = start + length
-    return SegmentContents(first_seq, rows, acked, end - offset)
+    # A segment's blocks are reserved whole, so what follows its last record is zeros: the
+    # room it did not use. Anything else there is a record cut short.
+    torn = 0 if data.count(0, offset) == end - offset else end - offset
+    return SegmentContents(first_seq, rows, acked, torn)
 
 
 def claim_orphans(directory: Path) -> Orphans:

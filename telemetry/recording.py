@@ -170,11 +170,6 @@ class RunRecorder:
                 self._early_chunks.append(row)
         self._seq += 1
 
-    def sending(self) -> None:
-        """The chunks recorded so far are about to reach the client: make them survive a kill
-        of this process from now on (the writer's crash log, written now)."""
-        self._writer.log_now()
-
     def mark_first_token(self) -> None:
         if self.first_token_at is None:
             _, self.first_token_at = self._now()

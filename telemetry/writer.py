@@ -23,9 +23,10 @@ database outage. So:
 - On shutdown ``close()`` writes what it can; what it cannot stays in the spool for the next
   start.
 - Against a crash (kill -9), every row queued is also appended to the writer's log
-  (``telemetry.chunklog``, written once per event-loop pass) and acknowledged there once it is
-  in the database or the spool; a writer starting up (and every minute after) moves the rows
-  dead processes' logs hold unacknowledged into its spool, after their spool files.
+  (``telemetry.chunklog``, a file mapped into memory: a copy, no system call) and acknowledged
+  there once it is in the database or the spool; a writer starting up (and every minute after)
+  moves the rows dead processes' logs hold unacknowledged into its spool, after their spool
+  files.
 """
 
 from __future__ import annotations
@@ -352,8 +353,8 @@ class RunWriter:
         return lag
 
     def submit(self, item: WriterItem) -> None:
-        """Queue a row; never blocks and never touches the database or the disk (the log writes
-        once this pass of the event loop ends)."""
+        """Queue a row; never blocks and never waits on the database or the disk (the crash log
+        is a copy into the page cache: the row is in it when this returns)."""
         if type(item) is ChunkSent:
             self._log.append_chunk(item)
         else:
@@ -372,12 +373,6 @@ class RunWriter:
                 self._wake.set()
         if self._task is None or self._task.done():
             self.start()
-
-    def log_now(self) -> None:
-        """Write the crash log's buffer now, not at the end of this loop pass: call it before
-        bytes a client receives leave the process, so a kill between the two cannot lose a
-        chunk its client has (one write() to the page cache, a few µs)."""
-        self._log.flush()
 
     def start(self) -> None:
         """Start writing in the running loop (and drain what dead processes left behind)."""

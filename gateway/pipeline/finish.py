@@ -26,7 +26,6 @@ def refuse(error: MortarError, recorder: RunRecorder, plan: Plan) -> HttpRespons
         error_code=error.code,
         error_message=error.message,
     )
-    recorder.sending()
     return response
 
 
@@ -60,7 +59,6 @@ async def share(claim: Claim, recorder: RunRecorder, plan: Plan) -> HttpResponse
         total_tokens=(usage or {}).get("total_tokens"),
         cost=Decimal(0),
     )
-    recorder.sending()
     return response
 
 

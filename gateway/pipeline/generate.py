@@ -51,10 +51,9 @@ async def generate(
                 max_tokens=plan.max_tokens,
             )
         )
+    # In the crash log once open, before the model server has the prompt: a worker killed from
+    # here on leaves a run (and its budget draw) the next worker stores, and charges.
     recorder.open(stream=plan.stream, max_tokens=plan.max_tokens, upstream_request=upstream_request)
-    # In the crash log before the model server has the prompt: a worker killed from here on
-    # leaves a run (and its budget draw) the next worker stores, and charges.
-    recorder.sending()
     recorder.publish("optimizer.report", report=plan.optimizer_report.as_dict())
     live = live_generations()
 

@@ -43,7 +43,6 @@ async def sse_events(relay: Relay) -> AsyncGenerator[bytes, None]:
         ready.append(data)
 
     def take() -> bytes:
-        recorder.sending()
         data = b"".join(ready)
         ready.clear()
         return data

@@ -35,11 +35,12 @@ def as_row(c: tuple[str, int, int, bytes]) -> tuple:
     return ("c", *c)
 
 
-def die_after_logging(directory: Path, *, chunks: int, acked: int, flushes: int = 1) -> None:
-    """Log a run and `chunks` chunks in a process of its own, acknowledge the first `acked`
-    rows, and SIGKILL the process (its locks go as a crashed worker's do)."""
+def die_after_logging(directory: Path, *, chunks: int, acked: int, passes: int = 1) -> None:
+    """Log a run and `chunks` chunks in a process of its own, over `passes` loop passes (0: all
+    in the pass it dies in), acknowledge the first `acked` rows, and SIGKILL the process (its
+    locks go as a crashed worker's do)."""
     die_after_logging_rows(
-        directory, [OPENED, *(as_row(chunk(n)) for n in range(chunks))], acked, flushes
+        directory, [OPENED, *(as_row(chunk(n)) for n in range(chunks))], acked, passes
     )
 
 
@@ -50,27 +51,28 @@ from pathlib import Path
 from telemetry.chunklog import ChunkLog
 
 async def main():
-    rows, acked, flushes = pickle.loads(Path({actions!r}).read_bytes())
+    rows, acked, passes = pickle.loads(Path({actions!r}).read_bytes())
     log = ChunkLog(Path({directory!r}))
-    per_flush = max(1, len(rows) // flushes)
+    per_pass = max(1, len(rows) // passes) if passes else len(rows) + 1
     for n, row in enumerate(rows):
         if row[0] == "c":
             log.append_chunk(row[1:])
         else:
             log.append_row(row)
-        if (n + 1) % per_flush == 0:
-            await asyncio.sleep(0)  # a loop pass: the log writes
+        if (n + 1) % per_pass == 0:
+            await asyncio.sleep(0)  # a loop pass
     log.ack(acked)
-    await asyncio.sleep(0)
+    if passes:
+        await asyncio.sleep(0)
     os.kill(os.getpid(), signal.SIGKILL)
 
 asyncio.run(main())
 """
 
 
-def die_after_logging_rows(directory: Path, rows: list[tuple], acked: int, flushes: int) -> None:
+def die_after_logging_rows(directory: Path, rows: list[tuple], acked: int, passes: int) -> None:
     actions = directory.with_name(f"{directory.name}-actions.pickle")
-    actions.write_bytes(pickle.dumps((rows, acked, flushes)))
+    actions.write_bytes(pickle.dumps((rows, acked, passes)))
     script = DYING_WRITER.format(root=str(ROOT), actions=str(actions), directory=str(directory))
     process = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=30)
     assert process.returncode == -9, process.stderr.decode()
@@ -88,7 +90,7 @@ def replayed(directory: Path) -> list[tuple]:
 
 
 def test_a_dead_writers_unacknowledged_rows_are_replayed_in_order(tmp_path: Path) -> None:
-    die_after_logging(tmp_path, chunks=9, acked=4, flushes=3)
+    die_after_logging(tmp_path, chunks=9, acked=4, passes=3)
 
     # Rows 0 (the run) to 3 were stored; 4 onwards were not.
     assert replayed(tmp_path) == [as_row(chunk(n)) for n in range(3, 9)]
@@ -100,6 +102,28 @@ def test_a_dead_writer_with_nothing_acknowledged_is_replayed_whole(tmp_path: Pat
     die_after_logging(tmp_path, chunks=3, acked=0)
 
     assert replayed(tmp_path) == [OPENED, *(as_row(chunk(n)) for n in range(3))]
+
+
+def test_a_row_is_in_the_log_as_soon_as_it_is_appended(tmp_path: Path) -> None:
+    # Killed in the very loop pass that appended them: nothing waited for the pass to end.
+    die_after_logging(tmp_path, chunks=7, acked=2, passes=0)
+
+    assert replayed(tmp_path) == [as_row(chunk(n)) for n in range(1, 7)]
+
+
+def test_a_segment_too_small_for_a_row_is_made_big_enough(tmp_path: Path) -> None:
+    big = ("chatcmpl-a", 0, 0, b"x" * 5000)
+
+    async def scenario() -> None:
+        log = ChunkLog(tmp_path, segment_bytes=100)
+        log.append_chunk(chunk(0))
+        log.append_chunk(big)
+        log.append_chunk(chunk(2))
+        log.ack(1)
+        log.close()
+
+    asyncio.run(scenario())
+    assert replayed(tmp_path) == [as_row(big), as_row(chunk(2))]
 
 
 @pytest.mark.parametrize("damage", ["cut short", "a byte changed"])
@@ -128,7 +152,7 @@ def test_acknowledged_segments_are_deleted_as_the_log_grows(tmp_path: Path) -> N
         log = ChunkLog(tmp_path, segment_bytes=100)
         for n in range(20):
             log.append_chunk(chunk(n))
-            await asyncio.sleep(0)  # each chunk in a loop pass of its own: a write each
+            await asyncio.sleep(0)  # each chunk in a loop pass of its own
         written = segments(tmp_path)
         assert len(written) >= 5  # rotated as they filled, none acknowledged yet
         first_seqs = [SEGMENT_HEADER.unpack_from(p.read_bytes())[1] for p in written]
@@ -193,7 +217,7 @@ print(json.dumps([row[2] for row in orphans.rows if row[0] == "c"]))
 
 def test_writers_starting_together_never_replay_a_log_twice(tmp_path: Path) -> None:
     for _ in range(3):
-        die_after_logging(tmp_path, chunks=50, acked=0, flushes=5)
+        die_after_logging(tmp_path, chunks=50, acked=0, passes=5)
     assert len(segments(tmp_path)) == 3
 
     script = CLAIMER.format(root=str(ROOT), directory=str(tmp_path))
@@ -245,7 +269,7 @@ def test_a_new_writer_stores_a_dead_writers_spool_then_its_log(
     dead_spool = Spool(tmp_path / "spool")
     dead_spool.append([rows[:6]], time.time())
     dead_spool.close()  # unlocked, as a dead process's
-    die_after_logging_rows(tmp_path / "spool-log", rows, acked=6, flushes=3)
+    die_after_logging_rows(tmp_path / "spool-log", rows, acked=6, passes=3)
 
     async def scenario() -> None:
         writer = RunWriter(batch_size=100, interval=0.01, spool_dir=tmp_path / "spool")
