@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from telemetry import chunklog
 from telemetry.chunklog import MAGIC, SEGMENT_HEADER, ChunkLog, claim_lock, claim_orphans
 from telemetry.spool import Spool
 from telemetry.writer import RunWriter, encode_row
@@ -139,6 +140,26 @@ def test_a_torn_last_record_is_left_out_and_the_rest_replayed(tmp_path: Path, da
         segment.write_bytes(data[:last] + b"X" + data[last + 1 :])
 
     assert replayed(tmp_path) == [OPENED, *(as_row(chunk(n)) for n in range(4))]
+
+
+def test_rows_the_disk_refused_are_a_gap_and_the_rows_after_keep_their_numbers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(chunklog, "RETRY_SECONDS", 0.0)  # try again at the next row
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file where the log's directory should be")
+    directory = blocker / "log"
+
+    log = ChunkLog(directory)
+    log.append_chunk(chunk(0))  # no segment can be made: unlogged, yet counted
+    log.append_chunk(chunk(1))
+    blocker.unlink()  # the disk takes them again
+    log.append_chunk(chunk(2))
+    log.append_chunk(chunk(3))
+    log.ack(3)  # rows 0 to 2 are stored
+    log.close()  # row 3 is not: left for the next writer
+
+    assert replayed(directory) == [as_row(chunk(3))]
 
 
 def test_a_file_that_is_no_segment_is_not_replayed(tmp_path: Path) -> None:
