@@ -121,7 +121,7 @@ class ChunkLog:
         run_id, seq, offset_us, data = chunk
         rid = run_id.encode()
         body = _pack_chunk_head(b"c", len(rid), seq, offset_us) + rid + data
-        self._put(_pack_frame(len(body), _crc32(body)) + body)
+        self._put(body)
         self._appended += 1
 
     def append_row(self, row: Row) -> None:
@@ -135,7 +135,7 @@ class ChunkLog:
             # the same way if it ever gets there.
             logger.exception("chunk log: a row that cannot be pickled is not logged: %.200r", row)
             body = b"n"
-        self._put(_pack_frame(len(body), _crc32(body)) + body)
+        self._put(body)
         self._appended += 1
 
     def ack(self, count: int) -> None:
@@ -143,14 +143,14 @@ class ChunkLog:
         if count <= self._acked or self._closed:
             return
         self._acked = count
-        body = ACK.pack(b"a", count)
-        self._put(_pack_frame(len(body), _crc32(body)) + body)
+        self._put(ACK.pack(b"a", count))
         while self._full and self._full[0].end_seq <= count:
             self._remove(self._full.popleft())
 
-    def _put(self, record: bytes) -> None:
-        """Copy a record into the current segment's mapping: it is in the page cache, and so
-        survives the process, once this returns."""
+    def _put(self, body: bytes) -> None:
+        """Copy a body, framed as a record, into the current segment's mapping: it is in the
+        page cache, and so survives the process, once this returns."""
+        record = _pack_frame(len(body), _crc32(body)) + body
         segment = self._segment
         if segment is None or segment.size + len(record) > segment.capacity:
             segment = self._next_segment(len(record))
@@ -202,6 +202,7 @@ class ChunkLog:
         # a live owner's segment before its owner does.
         making = path.with_suffix(".new")
         fd = os.open(making, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        mapping: mmap.mmap | None = None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             # Its blocks reserved up front: a store into the mapping can never meet a full
@@ -212,6 +213,8 @@ class ChunkLog:
             mapping[: len(header)] = header
             os.rename(making, path)
         except BaseException:
+            if mapping is not None:
+                mapping.close()
             os.close(fd)
             making.unlink(missing_ok=True)
             raise
