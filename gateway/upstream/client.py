@@ -20,7 +20,6 @@ from typing import Any
 import aiohttp
 import httpx
 import orjson
-from httpx_aiohttp import AiohttpTransport
 from httpx_aiohttp.transport import map_aiohttp_exceptions
 
 from core.errors import (
@@ -36,6 +35,7 @@ from core.tracing import inject_trace
 from gateway.models import Deployment
 from gateway.upstream.replicas import replica_name
 from gateway.upstream.sse import EventData
+from gateway.upstream.transport import ModelServerTransport, aiohttp_response
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class ReplicaConfig:
 
 
 # Each loop's clients, one per replica configuration.
-_clients: PerLoop[dict[ReplicaConfig, httpx.AsyncClient]] = PerLoop(dict)
+_clients: PerLoop[dict[ReplicaConfig, ModelServerClient]] = PerLoop(dict)
 _completions_urls: dict[str, httpx.URL] = {}
 
 
@@ -103,9 +103,32 @@ class NoCookies(httpx.Cookies):
 
 class ModelServerClient(httpx.AsyncClient):
     """httpx's client with `NoCookies`, whatever it is given (httpx copies a client's cookies
-    into a plain `Cookies`, so a subclass is the way to keep them from being read)."""
+    into a plain `Cookies`, so a subclass is the way to keep them from being read), and the
+    chat request built from what every one of them shares."""
 
     _no_cookies = NoCookies()
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # What `build_request` would merge on every request (the client's headers, ours, its
+        # timeouts), merged once: httpx's `Headers` decode every header on each lookup.
+        self._chat_headers = httpx.Headers(self.headers)
+        self._chat_headers.update(
+            {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        )
+        self._chat_timeout = self.timeout.as_dict()
+
+    def chat_request(self, url: httpx.URL, body: bytes) -> httpx.Request:
+        """The POST of a chat request's body, as `build_request` would make it."""
+        headers = self._chat_headers
+        trace: dict[str, str] = {}
+        inject_trace(trace)  # the client's trace goes on to the model server (when tracing)
+        if trace:
+            headers = httpx.Headers(headers)
+            headers.update(trace)
+        return httpx.Request(
+            "POST", url, headers=headers, content=body, extensions={"timeout": self._chat_timeout}
+        )
 
     @property
     def cookies(self) -> httpx.Cookies:
@@ -116,13 +139,14 @@ class ModelServerClient(httpx.AsyncClient):
         pass
 
 
-def client_for(config: ReplicaConfig) -> httpx.AsyncClient:
+def client_for(config: ReplicaConfig) -> ModelServerClient:
     clients = _clients()
     client = clients.get(config)
     if client is None:
         headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
-        # httpx's API over aiohttp's connection pool: httpx's own pool polls every idle
-        # connection on each request (2-3 ms at 32 connections, measured); aiohttp's doesn't.
+        # httpx's API over aiohttp's connection pool (`transport.py`): httpx's own pool polls
+        # every idle connection on each request (2-3 ms at 32 connections, measured);
+        # aiohttp's doesn't.
         # No connection limit: a thousand slow streams must not queue behind a hundred.
         session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_SECONDS),
@@ -137,7 +161,7 @@ def client_for(config: ReplicaConfig) -> httpx.AsyncClient:
                 write=config.connect_timeout,
                 pool=config.connect_timeout,
             ),
-            transport=AiohttpTransport(client=session),
+            transport=ModelServerTransport(session),
         )
     return client
 
@@ -153,6 +177,7 @@ class UpstreamStream:
 
     def __init__(self, response: httpx.Response):
         self.response = response
+        self._aiohttp = aiohttp_response(response)
         self._silence = "The model server stopped sending."
 
     def wait_between_chunks(self, seconds: float) -> None:
@@ -164,21 +189,16 @@ class UpstreamStream:
         task would land in whatever the task does then.
         """
         self._silence = "The model server took too long between chunks."
-        connection = self._aiohttp_response().connection
+        connection = self._aiohttp.connection
         if connection is not None and connection.protocol is not None:  # else: all read
             connection.protocol.read_timeout = seconds
             connection.protocol.start_timeout()
 
-    def _aiohttp_response(self) -> aiohttp.ClientResponse:
-        """aiohttp's response under httpx's (`AiohttpTransport`'s): neither httpx nor
-        httpx-aiohttp exposes it, hence their private attributes."""
-        bound: Any = self.response.stream  # httpx's wrapper of httpx-aiohttp's stream
-        return bound._stream._aiohttp_response  # type: ignore[no-any-return]
-
     async def chunks(self) -> AsyncIterator[list[dict[str, Any]]]:
         """The chunk objects, a list per read of the model server's stream (never empty)."""
         try:
-            if self.response.headers.get("content-type", "").startswith("application/json"):
+            # aiohttp's headers: httpx's decode all of them to find one.
+            if self._aiohttp.headers.get("Content-Type", "").startswith("application/json"):
                 # A server that answered a streaming request with one JSON object.
                 yield [_completion_as_chunk(_json(await self.response.aread()))]
                 return
@@ -188,7 +208,7 @@ class UpstreamStream:
             # generators (httpx's, its bound stream's, httpx-aiohttp's) and aiohttp's chunk
             # iterator, each passed twice a chunk. aiohttp's errors become httpx's, as
             # httpx-aiohttp's stream would turn them.
-            body = self._aiohttp_response().content
+            body = self._aiohttp.content
             with map_aiohttp_exceptions():
                 while piece := await body.readany():
                     batch = events.feed(piece)
@@ -221,17 +241,19 @@ class UpstreamStream:
             ) from None
 
     async def aclose(self) -> None:
-        await self.response.aclose()
+        """Close the reply where it is read, on aiohttp's response (what httpx's `aclose` does
+        under its own bookkeeping, which nothing here reads: 36 k instructions a request,
+        `bench/upstream_client_bench.py`). Unread to its end, the connection is closed: that
+        stops the model server generating."""
+        with map_aiohttp_exceptions():
+            self._aiohttp.release()
+            await self._aiohttp.wait_for_close()
 
 
 async def open_stream(config: ReplicaConfig, body: bytes) -> UpstreamStream:
     """POST the chat request and return the open stream, or raise what went wrong."""
     client = client_for(config)
-    headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-    inject_trace(headers)  # the client's trace goes on to the model server (when tracing)
-    request = client.build_request(
-        "POST", completions_url(config.base_url), content=body, headers=headers
-    )
+    request = client.chat_request(completions_url(config.base_url), body)
     try:
         response = await client.send(request, stream=True)
     except httpx.TransportError as exc:
