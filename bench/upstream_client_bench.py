@@ -2,8 +2,8 @@
 
 Each candidate sends the same streaming chat request to the mock model server (one chunk of
 content, then the usage and `[DONE]`), reads the reply to its end and closes it, one request at a
-time on one keep-alive connection, in a process of its own (Django set up and `gc.freeze()`d, as a
-server is) on uvloop:
+time on one keep-alive connection, in a process of its own (Django set up, and the garbage
+collector tuned as a server's) on uvloop:
 
 - `mortar`: `gateway.upstream.client` as it is (`open_stream`, `chunks()`, `aclose()`): httpx's
   client, the chat request built from the client's merged headers, Mortar's transport over
@@ -193,8 +193,16 @@ def worker(candidate: str, base_url: str, requests: int) -> None:
     import uvloop
 
     django.setup()
+    from django.conf import settings
+
+    # As a server does after start-up (config/asgi.py: tune_garbage_collector): with Python's
+    # default threshold the young collections would be counted too, in proportion to what each
+    # candidate allocates.
     gc.collect()
-    gc.freeze()  # as config/asgi.py does after start-up
+    gc.freeze()
+    if settings.MORTAR_GC_YOUNG_THRESHOLD > 0:
+        _, middle, old = gc.get_threshold()
+        gc.set_threshold(settings.MORTAR_GC_YOUNG_THRESHOLD, middle, old)
     seconds = uvloop.run(drive(candidate, base_url, requests))
     print(f"cpu_us_per_request={seconds / requests * 1e6:.2f}")
 
