@@ -111,7 +111,8 @@ class ModelServerClient(httpx.AsyncClient):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         # What `build_request` would merge on every request (the client's headers, ours, its
-        # timeouts), merged once: httpx's `Headers` decode every header on each lookup.
+        # timeouts), merged once: httpx's `Headers` decode every header on each lookup. (A
+        # client's headers are set when it is made, never after: `client_for`.)
         self._chat_headers = httpx.Headers(self.headers)
         self._chat_headers.update(
             {"Content-Type": "application/json", "Accept": "text/event-stream"}

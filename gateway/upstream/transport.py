@@ -43,19 +43,14 @@ class ModelServerTransport(httpx.AsyncBaseTransport):
         return timeout
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        headers = dict(request.headers.items())  # as httpx-aiohttp's: lower-case names
-        data: bytes | httpx.AsyncByteStream | None
-        try:
-            data = request.content or None
-        except httpx.RequestNotRead:  # a streamed body: aiohttp sends it in chunks of its own
-            data = request.stream  # type: ignore[assignment]
-            headers = {k: v for k, v in headers.items() if k.lower() != "transfer-encoding"}
         with map_aiohttp_exceptions():
             response = await self.session.request(
                 request.method,
                 str(request.url),
-                headers=headers,
-                data=data,
+                # As httpx-aiohttp's: lower-case names, httpx's order.
+                headers=dict(request.headers.items()),
+                # A body Mortar sends is bytes, read already (the chat request as it is stored).
+                data=request.content or None,
                 allow_redirects=False,
                 auto_decompress=False,
                 compress=False,
