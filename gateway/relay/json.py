@@ -44,10 +44,15 @@ class CancelOnStop:
 
     def __exit__(self, kind: type[BaseException] | None, *_: object) -> bool:
         self._inside = False
-        if self._stop_listening is not None:
-            self._stop_listening()
-        if self.stopped and kind is asyncio.CancelledError and self._task is not None:
-            return self._task.uncancel() == 0  # swallow our own cancel, and only ours
+        # Let go of the listener and the task: the listener refers back to this object, which
+        # made it and the task (with everything the request's frames hold) a reference cycle
+        # that only the garbage collector could free.
+        stop_listening, self._stop_listening = self._stop_listening, None
+        task, self._task = self._task, None
+        if stop_listening is not None:
+            stop_listening()
+        if self.stopped and kind is asyncio.CancelledError and task is not None:
+            return task.uncancel() == 0  # swallow our own cancel, and only ours
         return False
 
 

@@ -44,37 +44,23 @@ async def watch(
             yield Signal.IDLE
         return
     loop = asyncio.get_running_loop()
-    last_event = loop.time()
-    ping_due = False
     woken: asyncio.Future[None] | None = None  # what the task waits on while the read does
 
     def wake(*_: object) -> None:
         if woken is not None and not woken.done():
             woken.set_result(None)
 
-    ping_timer: asyncio.TimerHandle | None = None
-
-    def quiet_check(interval: float) -> None:
-        nonlocal ping_timer, ping_due
-        quiet_until = last_event + interval
-        if loop.time() >= quiet_until:
-            ping_due = True
-            wake()
-            quiet_until = loop.time() + interval
-        ping_timer = loop.call_at(quiet_until, quiet_check, interval)
-
+    quiet = _QuietTimer(loop, ping_interval, wake) if ping_interval else None
     stop_listening = stop.listen(wake) if stop is not None else None
-    if ping_interval:
-        ping_timer = loop.call_at(last_event + ping_interval, quiet_check, ping_interval)
     read: _Read | None = None
     try:
         while True:
             if stop is not None and stop.is_set():
                 yield Signal.STOPPED
                 return
-            if ping_due:
-                ping_due = False
-                last_event = loop.time()
+            if quiet is not None and quiet.due:
+                quiet.due = False
+                quiet.last_event = loop.time()
                 yield Signal.PING
                 continue
             if read is None:
@@ -88,20 +74,56 @@ async def watch(
                 yield Signal.IDLE
                 continue
             read = None
-            last_event = loop.time()
+            if quiet is not None:
+                quiet.last_event = loop.time()
             for delta in got:
                 yield delta
     except StopAsyncIteration:
         return  # the model's stream ended
     finally:
-        if ping_timer is not None:
-            ping_timer.cancel()
+        if quiet is not None:
+            quiet.cancel()
         if stop_listening is not None:
             stop_listening()
         if read is not None and read.started and read.pending:
             # Cancelled where it waits, as its own task would be; the model's stream closes.
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await read.to_the_end(asyncio.CancelledError())
+
+
+class _QuietTimer:
+    """Notes when the model has been quiet for `interval` seconds since `last_event` (`due`),
+    and wakes the watcher: one timer, re-armed when it fires, not on every event."""
+
+    __slots__ = ("_handle", "_interval", "_loop", "_wake", "due", "last_event")
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, interval: float, wake: Callable[[], None]
+    ) -> None:
+        self._loop = loop
+        self._interval = interval
+        self._wake = wake
+        self.due = False
+        self.last_event = loop.time()
+        self._handle: asyncio.TimerHandle | None = loop.call_at(
+            self.last_event + interval, self._check
+        )
+
+    def _check(self) -> None:
+        quiet_until = self.last_event + self._interval
+        if self._loop.time() >= quiet_until:
+            self.due = True
+            self._wake()
+            quiet_until = self._loop.time() + self._interval
+        self._handle = self._loop.call_at(quiet_until, self._check)
+
+    def cancel(self) -> None:
+        # The timer holds this object (its callback is a method of it), and this object the
+        # timer: a reference cycle, with `wake` and the last future waited on, that the garbage
+        # collector would have to free. Let go of the timer, and it is all freed now.
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
 
 
 class _Read:

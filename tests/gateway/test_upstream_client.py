@@ -10,6 +10,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
+import aiohttp
 import httpx
 import pytest
 
@@ -21,6 +22,7 @@ from gateway.upstream.client import (
     completions_url,
     open_stream,
 )
+from tests.support.garbage import cyclic_garbage, of_types
 
 CHUNK = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
 DONE = b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
@@ -200,3 +202,18 @@ async def test_a_model_server_nobody_listens_at_is_unavailable_by_its_name() -> 
     assert "test/0" in failed.value.message
     assert "127.0.0.1" not in failed.value.message
     await close_clients()
+
+
+async def test_a_closed_reply_is_freed_at_once_not_by_the_garbage_collector(model_server) -> None:
+    # httpx binds a response and the stream it reads to each other; left so, every reply (with
+    # aiohttp's response, its headers and the request) waited for a collection to be freed.
+    server = await model_server(whole_reply)
+    with cyclic_garbage() as left:
+        for _ in range(3):
+            stream = await open_stream(config(server.base_url), b"{}")
+            async for _ in stream.chunks():
+                pass
+            await stream.aclose()
+        del stream
+
+    assert of_types(left, httpx.Response, httpx.Request, aiohttp.ClientResponse) == []

@@ -9,6 +9,7 @@ is, and the tests assert on the sequence of what was yielded, not on how long it
 from __future__ import annotations
 
 import asyncio
+import types
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 from core.flags import Flag
 from gateway.relay.json import CancelOnStop
 from gateway.relay.watch import Signal, watch
+from tests.support.garbage import cyclic_garbage, of_types
 
 pytestmark = pytest.mark.looptime
 
@@ -392,3 +394,34 @@ async def test_without_a_stop_event_the_block_is_plain() -> None:
         await asyncio.sleep(0.01)
     assert stopping.stopped is False
     assert asyncio.all_tasks() == {asyncio.current_task()}
+
+
+# Reference cycles: what a stream or a request leaves behind is freed when it ends, not by the
+# garbage collector (tests/support/garbage.py).
+
+
+async def test_a_watched_stream_with_pings_leaves_no_reference_cycle() -> None:
+    model = Model()
+    with cyclic_garbage() as left:
+        seen = []
+        async for item in watch(
+            model.batches([d(0)], "wait", [d(1)]), ping_interval=PING_INTERVAL, stop=Flag()
+        ):
+            seen.append(item)
+            if item is PING:
+                model.resume.set()
+        assert seen == [d(0), IDLE, PING, d(1)]
+
+    assert of_types(left, asyncio.Future, asyncio.TimerHandle, types.FunctionType) == []
+
+
+async def test_a_guarded_block_leaves_no_reference_cycle_with_its_task() -> None:
+    async def guarded() -> bool:
+        with CancelOnStop(Flag()) as stopping:
+            await asyncio.sleep(0)
+        return stopping.stopped
+
+    with cyclic_garbage() as left:
+        assert await asyncio.create_task(guarded()) is False
+
+    assert of_types(left, CancelOnStop, asyncio.Task, types.FunctionType) == []
