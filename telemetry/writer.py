@@ -196,6 +196,8 @@ def write_batch(items: Sequence[WriterItem], *, replay: bool = False) -> None:
             updates[item.run_id] = item.fields
 
     with transaction.atomic():
+        if replay and chunks:
+            _runs_locked({run_id for run_id, *_ in chunks})
         if connection.vendor == "postgresql":
             # Raw psycopg calls, wrapped so their errors become Django's (and mark the
             # connection as having failed, for `drop_broken_connection`).
@@ -235,6 +237,15 @@ def write_batch(items: Sequence[WriterItem], *, replay: bool = False) -> None:
             run_images_write(images)
         if replay and chunks:
             _interrupted_runs_recounted({run_id for run_id, *_ in chunks})
+
+
+def _runs_locked(run_ids: set[str]) -> None:
+    """Lock the runs a replay writes chunks of, as a sweep closing one as interrupted does
+    (`telemetry.services.interruptions`): the sweep counts a run's chunks before this batch's
+    or after them, never between them and their commit. (SQLite: each transaction holds the
+    whole database already.)"""
+    runs = Run.objects.filter(pk__in=run_ids).order_by("pk")  # one order: no deadlock
+    list(runs.select_for_update(no_key=True).values_list("pk", flat=True))
 
 
 def _interrupted_runs_recounted(run_ids: set[str]) -> None:

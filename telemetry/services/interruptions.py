@@ -9,9 +9,12 @@ was last known alive (its last renewal or its last stored chunk, whichever is la
 
 - Expiry is judged by the database's clock (`Now()`), never a worker's: hosts whose clocks
   disagree still agree on which lease has expired.
-- Closing is one conditional UPDATE per run (`status = 'in_progress'`), so several workers and
-  the beat sweeping at once close each run exactly once, and a run whose real outcome was
-  written meanwhile is left alone.
+- Closing is one short transaction per run: lock it if still in progress, count its stored
+  chunks, close it. Several workers and the beat sweeping at once close each run exactly once,
+  and a run whose real outcome was written meanwhile is left alone. A replay writing the run's
+  chunks (`telemetry.writer.write_batch`) takes the same lock, so the count is never taken
+  between its chunks and its commit: it is taken before them (and the replay counts again), or
+  after.
 - A run stays open to late rows: chunks appended after the close are stored as any chunk, and
   an outcome that arrives later (the worker's spool drained by a restarted worker, or a worker
   that was only cut off from the database) replaces the interruption — the real outcome wins.
@@ -27,6 +30,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
+from django.db import transaction
 from django.db.models import (
     Count,
     DateTimeField,
@@ -40,7 +44,7 @@ from django.db.models.expressions import CombinedExpression
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from telemetry.models import Run, WorkerLease
+from telemetry.models import Run, RunChunk, WorkerLease
 
 WORKER_INTERRUPTED = "worker_interrupted"
 UNOWNED_AFTER = timedelta(hours=6)
@@ -57,8 +61,6 @@ class Orphan(NamedTuple):
     session: str
     worker: str
     accepted_at: datetime
-    stored: int  # chunks stored
-    last_offset_us: int | None  # the last stored chunk's offset
 
 
 def _from_now(seconds: float) -> ExpressionWrapper[CombinedExpression]:
@@ -129,24 +131,14 @@ def runs_interrupt_orphaned(*, batch: int = SWEEP_BATCH) -> list[Orphan]:
 
 
 def _orphans(batch: int) -> list[Orphan]:
-    """Runs in progress that no live worker serves, with their stored chunks' count and end."""
+    """Runs in progress that no live worker serves."""
     live = WorkerLease.objects.filter(expires_at__gt=Now()).values("id")
     dead_owner = ~Q(worker="") & ~Q(worker__in=Subquery(live))
     old_unowned = Q(worker="", accepted_at__lt=timezone.now() - UNOWNED_AFTER)
     rows = (
         Run.objects.filter(status=Run.Status.IN_PROGRESS)
         .filter(dead_owner | old_unowned)
-        .values("id", "organization_id", "session", "worker", "accepted_at")
-        .annotate(stored=Count("chunks"), last_offset_us=Max("chunks__offset_us"))
-        .values_list(
-            "id",
-            "organization_id",
-            "session",
-            "worker",
-            "accepted_at",
-            "stored",
-            "last_offset_us",
-        )
+        .values_list("id", "organization_id", "session", "worker", "accepted_at")
         .order_by()[:batch]
     )
     return [Orphan._make(row) for row in rows]
@@ -154,19 +146,26 @@ def _orphans(batch: int) -> list[Orphan]:
 
 def _interrupt(run: Orphan, last_renewed: datetime | None) -> bool:
     """Close one run as interrupted unless it was closed meanwhile; True if this call did."""
-    ends = [run.accepted_at]
-    if run.last_offset_us is not None:
-        ends.append(run.accepted_at + timedelta(microseconds=run.last_offset_us))
-    if last_renewed is not None:
-        ends.append(last_renewed)
-    updated = Run.objects.filter(pk=run.id, status=Run.Status.IN_PROGRESS).update(
-        status=Run.Status.INTERRUPTED,
-        finished_at=max(ends),
-        error_code=WORKER_INTERRUPTED,
-        error_message=interruption_message(run.worker),
-        chunk_count=run.stored,
-    )
-    return updated == 1
+    with transaction.atomic():
+        still_open = Run.objects.filter(pk=run.id, status=Run.Status.IN_PROGRESS)
+        if not list(still_open.select_for_update(no_key=True).values_list("pk", flat=True)):
+            return False
+        stored = RunChunk.objects.filter(run_id=run.id).aggregate(
+            count=Count("*"), last_offset_us=Max("offset_us")
+        )
+        ends = [run.accepted_at]
+        if stored["last_offset_us"] is not None:
+            ends.append(run.accepted_at + timedelta(microseconds=stored["last_offset_us"]))
+        if last_renewed is not None:
+            ends.append(last_renewed)
+        still_open.update(
+            status=Run.Status.INTERRUPTED,
+            finished_at=max(ends),
+            error_code=WORKER_INTERRUPTED,
+            error_message=interruption_message(run.worker),
+            chunk_count=stored["count"],
+        )
+    return True
 
 
 def interruption_message(worker: str) -> str:

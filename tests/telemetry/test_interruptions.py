@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import uuid
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from django.db import connection, transaction
 
 from accounts.models import Organization
 from telemetry.costs import Prices
@@ -23,6 +27,8 @@ from telemetry.services.interruptions import (
 )
 from telemetry.tasks import interrupt_orphaned_runs
 from telemetry.writer import ChunkSent, RunClosed, write_batch
+from tests.support.budgets import committed
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -219,6 +225,157 @@ def test_chunks_replayed_after_the_run_was_closed_as_interrupted_are_counted(
     assert RunChunk.objects.filter(run=streaming).count() == 4
     finished.refresh_from_db()
     assert finished.chunk_count == 0  # a run that closed itself keeps the count it stored
+
+
+class OnItsOwnConnection:
+    """`work` on a thread and a database connection of its own."""
+
+    def __init__(self, work: Callable[[], object]) -> None:
+        self.backend_pid = 0
+        self.error: BaseException | None = None
+        self._connected = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(work,), daemon=True)
+        self._thread.start()
+        assert self._connected.wait(10), "no connection"
+
+    def _run(self, work: Callable[[], object]) -> None:
+        try:
+            connection.ensure_connection()
+            self.backend_pid = connection.connection.info.backend_pid
+            self._connected.set()
+            work()
+        except BaseException as exc:  # re-raised by `join`, in the test
+            self.error = exc
+        finally:
+            self._connected.set()
+            connection.close()
+
+    @property
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def waits_for_a_lock(self) -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_clear_snapshot()")  # else read once a transaction
+            cursor.execute(
+                "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [self.backend_pid]
+            )
+            row = cursor.fetchone()
+        return row is not None and row[0] == "Lock"
+
+    def join(self) -> None:
+        self._thread.join(30)
+        assert self.done, "still running after 30 s"
+        if self.error is not None:
+            raise self.error
+
+
+class _RolledBack(Exception):
+    pass
+
+
+def held_open(do: Callable[[], object], release: threading.Event) -> OnItsOwnConnection:
+    """A transaction of its own that has done `do` and stays open until `release`, then is
+    rolled back."""
+    done = threading.Event()
+
+    def hold() -> None:
+        with contextlib.suppress(_RolledBack), transaction.atomic():
+            do()
+            done.set()
+            release.wait(30)
+            raise _RolledBack
+
+    holder = OnItsOwnConnection(hold)
+    assert done.wait(10), holder.error
+    return holder
+
+
+@pytest.fixture
+def orphan_committed() -> Iterator[Run]:
+    """A dead worker's run with 2 chunks stored, committed for other connections to see."""
+
+    def make() -> Run:
+        org = Organization.objects.create(name=f"crash-{uuid.uuid4().hex[:12]}")
+        return run(org, worker=lease(expired=True), chunks=2)
+
+    orphan = committed(make)
+    yield orphan
+    committed(lambda: Organization.objects.filter(pk=orphan.organization_id).delete())
+    committed(lambda: WorkerLease.objects.filter(id=orphan.worker).delete())
+
+
+def late_chunks(orphan: Run) -> list[ChunkSent]:
+    """The two chunks after the stored ones, as a dead writer's log holds them."""
+    return [
+        ChunkSent(orphan.id, 2, 3_500_000, b"data: late\n\n"),
+        ChunkSent(orphan.id, 3, 3_600_000, b"data: later\n\n"),
+    ]
+
+
+def status_and_counts(orphan: Run) -> tuple[str, int, int]:
+    """The run's status, chunk count and stored chunks, as committed."""
+
+    def read() -> tuple[str, int, int]:
+        closed = Run.objects.get(pk=orphan.pk)
+        return closed.status, closed.chunk_count, RunChunk.objects.filter(run=closed).count()
+
+    return committed(read)
+
+
+@pytest.mark.postgres
+def test_a_replay_while_a_sweep_is_closing_the_run_is_counted(orphan_committed: Run) -> None:
+    """What CI once met: a sweep counted a run's stored chunks, a replay of more of them
+    (a dead writer's log, drained by its successor) committed, and the sweep then closed the
+    run with the count it had taken. The moment is made here by a transaction that holds the
+    run's row: the sweep waits on it to close the run, and the replay goes on if it can."""
+    release = threading.Event()
+    holder = held_open(
+        lambda: list(
+            Run.objects.select_for_update(no_key=True)
+            .filter(pk=orphan_committed.pk)
+            .values_list("pk", flat=True)
+        ),
+        release,
+    )
+    try:
+        sweep = OnItsOwnConnection(runs_interrupt_orphaned)
+        wait_until(sweep.waits_for_a_lock, message="the sweep never met the held run")
+        replay = OnItsOwnConnection(lambda: write_batch(late_chunks(orphan_committed), replay=True))
+        wait_until(lambda: replay.done or replay.waits_for_a_lock())
+    finally:
+        release.set()
+    for each in (holder, sweep, replay):
+        each.join()
+
+    assert status_and_counts(orphan_committed) == (Run.Status.INTERRUPTED, 4, 4)
+
+
+@pytest.mark.postgres
+def test_a_sweep_waits_for_a_replay_of_the_run_s_chunks_to_commit(orphan_committed: Run) -> None:
+    """The other order: a replay has written the run's late chunks and not yet committed (it
+    waits here on a transaction holding one of the same chunks). A sweep closing the run then
+    would count without them, and the replay, seeing the run still in progress, would not
+    count again."""
+    release = threading.Event()
+    last = late_chunks(orphan_committed)[-1]
+    holder = held_open(
+        lambda: RunChunk.objects.create(
+            run_id=last.run_id, seq=last.seq, offset_us=last.offset_us, data=last.data
+        ),
+        release,
+    )
+    try:
+        replay = OnItsOwnConnection(lambda: write_batch(late_chunks(orphan_committed), replay=True))
+        wait_until(replay.waits_for_a_lock, message="the replay never met the held chunk")
+        sweep = OnItsOwnConnection(runs_interrupt_orphaned)
+        wait_until(sweep.waits_for_a_lock, message="the sweep did not wait for the replay")
+    finally:
+        release.set()
+    for each in (holder, replay, sweep):
+        each.join()
+
+    assert status_and_counts(orphan_committed) == (Run.Status.INTERRUPTED, 4, 4)
 
 
 def test_a_worker_that_was_only_cut_off_reopens_the_runs_closed_against_it(
