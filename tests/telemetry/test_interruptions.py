@@ -254,14 +254,23 @@ class OnItsOwnConnection:
     def done(self) -> bool:
         return not self._thread.is_alive()
 
-    def waits_for_a_lock(self) -> bool:
+    def activity(self) -> tuple[str | None, ...] | None:
+        """What its backend is doing: state, wait event type and name, query."""
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_stat_clear_snapshot()")  # else read once a transaction
             cursor.execute(
-                "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [self.backend_pid]
+                "SELECT state, wait_event_type, wait_event, query FROM pg_stat_activity "
+                "WHERE pid = %s",
+                [self.backend_pid],
             )
-            row = cursor.fetchone()
-        return row is not None and row[0] == "Lock"
+            return cursor.fetchone()
+
+    def waits_for_a_lock(self) -> bool:
+        activity = self.activity()
+        return activity is not None and activity[1] == "Lock"
+
+    def __repr__(self) -> str:
+        return f"<done={self.done} error={self.error!r} activity={self.activity()!r}>"
 
     def join(self) -> None:
         self._thread.join(30)
@@ -293,16 +302,24 @@ def held_open(do: Callable[[], object], release: threading.Event) -> OnItsOwnCon
 
 @pytest.fixture
 def orphan_committed() -> Iterator[Run]:
-    """A dead worker's run with 2 chunks stored, committed for other connections to see."""
+    """A run with 2 chunks stored, committed for other connections to see. Its worker's lease
+    is live until `worker_dies`: the servers of other tests sweep this database too, and would
+    close the run before the test has set up its moment."""
 
     def make() -> Run:
         org = Organization.objects.create(name=f"crash-{uuid.uuid4().hex[:12]}")
-        return run(org, worker=lease(expired=True), chunks=2)
+        return run(org, worker=lease(expired=False), chunks=2)
 
     orphan = committed(make)
     yield orphan
     committed(lambda: Organization.objects.filter(pk=orphan.organization_id).delete())
     committed(lambda: WorkerLease.objects.filter(id=orphan.worker).delete())
+
+
+def worker_dies(orphan: Run) -> None:
+    """The run's worker's lease expires: any sweep may close the run now."""
+    expired = datetime.now(UTC) - timedelta(seconds=10)
+    committed(lambda: WorkerLease.objects.filter(id=orphan.worker).update(expires_at=expired))
 
 
 def late_chunks(orphan: Run) -> list[ChunkSent]:
@@ -339,8 +356,11 @@ def test_a_replay_while_a_sweep_is_closing_the_run_is_counted(orphan_committed: 
         release,
     )
     try:
+        worker_dies(orphan_committed)
         sweep = OnItsOwnConnection(runs_interrupt_orphaned)
-        wait_until(sweep.waits_for_a_lock, message="the sweep never met the held run")
+        wait_until(
+            sweep.waits_for_a_lock, message=lambda: f"the sweep never met the held run: {sweep}"
+        )
         replay = OnItsOwnConnection(lambda: write_batch(late_chunks(orphan_committed), replay=True))
         wait_until(lambda: replay.done or replay.waits_for_a_lock())
     finally:
@@ -367,9 +387,15 @@ def test_a_sweep_waits_for_a_replay_of_the_run_s_chunks_to_commit(orphan_committ
     )
     try:
         replay = OnItsOwnConnection(lambda: write_batch(late_chunks(orphan_committed), replay=True))
-        wait_until(replay.waits_for_a_lock, message="the replay never met the held chunk")
+        wait_until(
+            replay.waits_for_a_lock, message=lambda: f"the replay never met the chunk: {replay}"
+        )
+        worker_dies(orphan_committed)
         sweep = OnItsOwnConnection(runs_interrupt_orphaned)
-        wait_until(sweep.waits_for_a_lock, message="the sweep did not wait for the replay")
+        wait_until(
+            sweep.waits_for_a_lock,
+            message=lambda: f"the sweep did not wait for the replay: {sweep}",
+        )
     finally:
         release.set()
     for each in (holder, replay, sweep):
