@@ -9,12 +9,12 @@ was last known alive (its last renewal or its last stored chunk, whichever is la
 
 - Expiry is judged by the database's clock (`Now()`), never a worker's: hosts whose clocks
   disagree still agree on which lease has expired.
-- Closing is one short transaction per run: lock it if still in progress, count its stored
-  chunks, close it. Several workers and the beat sweeping at once close each run exactly once,
-  and a run whose real outcome was written meanwhile is left alone. A replay writing the run's
-  chunks (`telemetry.writer.write_batch`) takes the same lock, so the count is never taken
-  between its chunks and its commit: it is taken before them (and the replay counts again), or
-  after.
+- Closing is a short transaction per group of runs: lock those still in progress (in id
+  order), count their stored chunks, close them. Several workers and the beat sweeping at once
+  close each run exactly once, and a run whose real outcome was written meanwhile is left
+  alone. A replay writing a run's chunks (`telemetry.writer.write_batch`) takes the same lock,
+  so the count is never taken between its chunks and its commit: it is taken before them (and
+  the replay counts again), or after.
 - A run stays open to late rows: chunks appended after the close are stored as any chunk, and
   an outcome that arrives later (the worker's spool drained by a restarted worker, or a worker
   that was only cut off from the database) replaces the interruption — the real outcome wins.
@@ -51,6 +51,8 @@ UNOWNED_AFTER = timedelta(hours=6)
 # Expired leases are kept this long (their last renewal dates their runs' end), then deleted.
 LEASE_KEPT_FOR = timedelta(days=1)
 SWEEP_BATCH = 500
+# Runs closed in one transaction: their locks are held only while they are counted and closed.
+CLOSE_TOGETHER = 100
 
 
 class Orphan(NamedTuple):
@@ -116,7 +118,8 @@ def runs_interrupt_orphaned(*, batch: int = SWEEP_BATCH) -> list[Orphan]:
                 "id", "renewed_at"
             )
         )
-        closed.extend(run for run in orphans if _interrupt(run, last_seen.get(run.worker)))
+        for start in range(0, len(orphans), CLOSE_TOGETHER):
+            closed.extend(_interrupt(orphans[start : start + CLOSE_TOGETHER], last_seen))
         # Each pass moves on: a run closed here, or by another sweeper, is no longer found.
         if len(orphans) < batch:
             break
@@ -144,28 +147,53 @@ def _orphans(batch: int) -> list[Orphan]:
     return [Orphan._make(row) for row in rows]
 
 
-def _interrupt(run: Orphan, last_renewed: datetime | None) -> bool:
-    """Close one run as interrupted unless it was closed meanwhile; True if this call did."""
+def _interrupt(orphans: list[Orphan], last_seen: dict[str, datetime]) -> list[Orphan]:
+    """Close these runs as interrupted, those not closed meanwhile; return the ones closed."""
     with transaction.atomic():
-        still_open = Run.objects.filter(pk=run.id, status=Run.Status.IN_PROGRESS)
-        if not list(still_open.select_for_update(no_key=True).values_list("pk", flat=True)):
-            return False
-        stored = RunChunk.objects.filter(run_id=run.id).aggregate(
-            count=Count("*"), last_offset_us=Max("offset_us")
+        still_open = set(
+            Run.objects.filter(pk__in=[run.id for run in orphans], status=Run.Status.IN_PROGRESS)
+            .order_by("pk")  # one order for every sweeper and replay: no deadlock among them
+            .select_for_update(no_key=True)
+            .values_list("pk", flat=True)
         )
-        ends = [run.accepted_at]
-        if stored["last_offset_us"] is not None:
-            ends.append(run.accepted_at + timedelta(microseconds=stored["last_offset_us"]))
-        if last_renewed is not None:
-            ends.append(last_renewed)
-        still_open.update(
-            status=Run.Status.INTERRUPTED,
-            finished_at=max(ends),
-            error_code=WORKER_INTERRUPTED,
-            error_message=interruption_message(run.worker),
-            chunk_count=stored["count"],
+        closing = [run for run in orphans if run.id in still_open]
+        # Counted once locked, so in a statement that sees every replay committed before.
+        stored = {
+            run_id: (count, last_offset_us)
+            for run_id, count, last_offset_us in RunChunk.objects.filter(run_id__in=still_open)
+            .values("run_id")
+            .annotate(count=Count("*"), last_offset_us=Max("offset_us"))
+            .values_list("run_id", "count", "last_offset_us")
+            .order_by()
+        }
+        Run.objects.bulk_update(
+            [
+                _closed(run, *stored.get(run.id, (0, None)), last_seen.get(run.worker))
+                for run in closing
+            ],
+            ["status", "finished_at", "error_code", "error_message", "chunk_count"],
         )
-    return True
+    return closing
+
+
+def _closed(
+    run: Orphan, stored: int, last_offset_us: int | None, last_renewed: datetime | None
+) -> Run:
+    """The run's closing fields: ended when its worker was last seen (its last stored chunk or
+    its last renewal, whichever is later), with the chunks stored."""
+    ends = [run.accepted_at]
+    if last_offset_us is not None:
+        ends.append(run.accepted_at + timedelta(microseconds=last_offset_us))
+    if last_renewed is not None:
+        ends.append(last_renewed)
+    return Run(
+        id=run.id,
+        status=Run.Status.INTERRUPTED,
+        finished_at=max(ends),
+        error_code=WORKER_INTERRUPTED,
+        error_message=interruption_message(run.worker),
+        chunk_count=stored,
+    )
 
 
 def interruption_message(worker: str) -> str:
