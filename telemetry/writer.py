@@ -56,6 +56,7 @@ from telemetry.models import Run, RunChunk
 from telemetry.records import BudgetDraw, ImageRecord, RunFields
 from telemetry.search_text import prompt_text
 from telemetry.services.budgets import budget_holds_settle
+from telemetry.services.interruptions import runs_lock
 from telemetry.spool import Row, Spool
 
 logger = logging.getLogger(__name__)
@@ -197,7 +198,9 @@ def write_batch(items: Sequence[WriterItem], *, replay: bool = False) -> None:
 
     with transaction.atomic():
         if replay and chunks:
-            _runs_locked({run_id for run_id, *_ in chunks})
+            # As a sweep closing one as interrupted does: it counts their chunks before these or
+            # after their commit, never between.
+            runs_lock({run_id for run_id, *_ in chunks})
         if connection.vendor == "postgresql":
             # Raw psycopg calls, wrapped so their errors become Django's (and mark the
             # connection as having failed, for `drop_broken_connection`).
@@ -237,15 +240,6 @@ def write_batch(items: Sequence[WriterItem], *, replay: bool = False) -> None:
             run_images_write(images)
         if replay and chunks:
             _interrupted_runs_recounted({run_id for run_id, *_ in chunks})
-
-
-def _runs_locked(run_ids: set[str]) -> None:
-    """Lock the runs a replay writes chunks of, as a sweep closing one as interrupted does
-    (`telemetry.services.interruptions`): the sweep counts a run's chunks before this batch's
-    or after them, never between them and their commit. (SQLite: each transaction holds the
-    whole database already.)"""
-    runs = Run.objects.filter(pk__in=run_ids).order_by("pk")  # one order: no deadlock
-    list(runs.select_for_update(no_key=True).values_list("pk", flat=True))
 
 
 def _interrupted_runs_recounted(run_ids: set[str]) -> None:

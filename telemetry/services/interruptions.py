@@ -27,6 +27,7 @@ was last known alive (its last renewal or its last stored chunk, whichever is la
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
@@ -150,12 +151,7 @@ def _orphans(batch: int) -> list[Orphan]:
 def _interrupt(orphans: list[Orphan], last_seen: dict[str, datetime]) -> list[Orphan]:
     """Close these runs as interrupted, those not closed meanwhile; return the ones closed."""
     with transaction.atomic():
-        still_open = set(
-            Run.objects.filter(pk__in=[run.id for run in orphans], status=Run.Status.IN_PROGRESS)
-            .order_by("pk")  # one order for every sweeper and replay: no deadlock among them
-            .select_for_update(no_key=True)
-            .values_list("pk", flat=True)
-        )
+        still_open = runs_lock([run.id for run in orphans], in_progress_only=True)
         closing = [run for run in orphans if run.id in still_open]
         # Counted once locked, so in a statement that sees every replay committed before.
         stored = {
@@ -174,6 +170,20 @@ def _interrupt(orphans: list[Orphan], last_seen: dict[str, datetime]) -> list[Or
             ["status", "finished_at", "error_code", "error_message", "chunk_count"],
         )
     return closing
+
+
+def runs_lock(run_ids: Collection[str], *, in_progress_only: bool = False) -> set[str]:
+    """Lock these runs until the transaction ends, and return the ids locked.
+
+    The sweep locks the runs it closes, and a replay of a dead writer's log locks the runs of
+    its chunks (`telemetry.writer.write_batch`), so a sweep never counts a run's chunks between
+    a replay's and its commit. Always in id order, so sweepers and replays never deadlock one
+    another. (SQLite: each transaction holds the whole database already.)
+    """
+    runs = Run.objects.filter(pk__in=run_ids)
+    if in_progress_only:
+        runs = runs.filter(status=Run.Status.IN_PROGRESS)
+    return set(runs.order_by("pk").select_for_update(no_key=True).values_list("pk", flat=True))
 
 
 def _closed(
