@@ -16,8 +16,12 @@ Phases (each run opens, CHUNKS chunks of 300 bytes, closes; 200 streams interlea
 - flood (optional): ROWS submitted with no pause at all; the writer falls behind and spools.
 - soak (optional): a steady RATE rows/s for SECONDS, RSS sampled each second.
 - gateway batches: `write_batch` alone on batches shaped like the gateway's (each run opens
-  with ~17 fields, sends 20 chunks of ~150 bytes and closes with ~14 fields, usage included,
-  in the next batch), 12 and 80 runs a batch; the CPU of the calling thread per run.
+  with ~17 fields, sends 20 chunks of ~150 bytes and closes with ~15 fields, usage and reply
+  text included, in the next batch), 12 and 80 runs a batch; and non-streaming runs (opened and
+  closed in the same batch, so stored by one insert), 30 a batch, as one connection's requests
+  fill the writer's 50 ms cycle; and 1,000 slow streams, each batch a chunk of every stream.
+  For each: the CPU of the calling thread per run (per chunk, for slow streams), and the CPU
+  Postgres's backend spends (read from /proc: Postgres must run on this machine).
 
 "writer CPU µs/row" is the CPU time of the writer's thread per chunk row (the share of the
 gateway's core that the writer takes); "process CPU" adds the producer's.
@@ -108,6 +112,12 @@ class RssSampler:
         self._stop.set()
         self._thread.join()
         self.samples.append(rss_mb())
+
+
+def backend_cpu(pid: int) -> float:
+    """CPU seconds used so far by the Postgres backend process `pid` (user + system)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def writer_thread_cpu() -> float:
@@ -364,8 +374,11 @@ def main() -> None:
         "elapsed_ms": 0.08,
     }
 
-    def gateway_run(now: datetime) -> tuple[RunOpened, list[ChunkSent], RunClosed]:
-        """One 20-chunk stream's rows, with the fields the gateway records."""
+    def gateway_run(
+        now: datetime, *, chunk_count: int = 20
+    ) -> tuple[RunOpened, list[ChunkSent], RunClosed]:
+        """One stream's rows (a non-streaming run's with no chunk), with the fields the
+        gateway records."""
         run_id = f"chatcmpl-{secrets.token_hex(12)}"
         opened = RunOpened(
             {
@@ -396,7 +409,7 @@ def main() -> None:
                 b'data: {"id":"%s","object":"chat.completion.chunk","choices":[{"index":0,'
                 b'"delta":{"content":"word%02d "}}]}\n\n' % (run_id.encode(), seq),
             )
-            for seq in range(20)
+            for seq in range(chunk_count)
         ]
         closed = RunClosed(
             run_id,
@@ -406,8 +419,9 @@ def main() -> None:
                 "status": Run.Status.COMPLETED,
                 "finished_at": now + timedelta(milliseconds=20),
                 "first_token_at": now + timedelta(milliseconds=2),
-                "chunk_count": 20,
+                "chunk_count": chunk_count,
                 "finish_reason": "stop",
+                "reply_text": " ".join(f"word{seq:02d}" for seq in range(20)),
                 "prompt_tokens": 52,
                 "completion_tokens": 20,
                 "total_tokens": 72,
@@ -419,33 +433,82 @@ def main() -> None:
         )
         return opened, chunks, closed
 
-    def gateway_batches(runs: int, per_batch: int) -> Result:
+    def gateway_batches(runs: int, per_batch: int, *, streams: bool = True) -> Result:
         """`write_batch` on gateway-shaped batches: each holds the opens and chunks of
-        `per_batch` runs and the closes of the batch before (a run spans two batches)."""
+        `per_batch` streams and the closes of the batch before (a stream spans two batches),
+        or the whole of `per_batch` non-streaming runs (each stored by one insert)."""
         batches: list[list[WriterItem]] = []
         closes: list[WriterItem] = []
         for _ in range(runs // per_batch + 1):
             batch: list[WriterItem] = []
             later: list[WriterItem] = []
             for _ in range(per_batch):
-                opened, chunks, closed = gateway_run(datetime.now(UTC))
+                opened, chunks, closed = gateway_run(
+                    datetime.now(UTC), chunk_count=20 if streams else 0
+                )
                 batch += [opened, *chunks]
-                later.append(closed)
+                (later if streams else batch).append(closed)
             batches.append(batch + closes)
             closes = later
         write_batch(batches[0])  # connects, and warms up
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            (backend,) = cursor.fetchone()
         with RssSampler() as sampler:
             started, cpu_started = time.perf_counter(), time.thread_time()
+            backend_started = backend_cpu(backend)
             for batch in batches[1:]:
                 write_batch(batch)
             seconds = time.perf_counter() - started
             cpu = CpuMeter(writer=time.thread_time() - cpu_started)  # this thread writes
+            postgres = backend_cpu(backend) - backend_started
         connection.close()
+        shape = "stream" if streams else "non-streaming"
+        written = (len(batches) - 1) * per_batch
         rows = sum(isinstance(item, ChunkSent) for batch in batches[1:] for item in batch)
-        result = Result(f"gateway, {per_batch} runs/batch", rows, seconds, 0, sampler.samples, cpu)
+        result = Result(
+            f"gateway {shape}, {per_batch}/batch", rows, seconds, 0, sampler.samples, cpu
+        )
         print(
-            f"{result.phase}: {cpu.writer * 1000 / (len(batches) - 1) / per_batch:.3f} ms CPU"
-            f" per run ({(len(batches) - 1) * per_batch:,} runs)"
+            f"{result.phase}: {cpu.writer * 1e6 / written:.0f} µs CPU per run in the writer,"
+            f" {postgres * 1e6 / written:.0f} µs in Postgres ({written:,} runs)"
+        )
+        return result
+
+    def slow_streams(streams: int, chunks: int, rounds: int) -> Result:
+        """`write_batch` as 1,000 slow streams fill it: every batch a chunk of each stream
+        (opened in an earlier batch), as a token every 50 ms meets the writer's 50 ms cycle."""
+        batches: list[list[WriterItem]] = []
+        for _ in range(rounds):
+            runs = [gateway_run(datetime.now(UTC), chunk_count=chunks) for _ in range(streams)]
+            batches.append([opened for opened, _, _ in runs])
+            batches += [[sent[seq] for _, sent, _ in runs] for seq in range(chunks)]
+            batches.append([closed for _, _, closed in runs])
+        write_batch(batches[0])  # connects
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            (backend,) = cursor.fetchone()
+        chunk_batches = [batch for batch in batches[1:] if isinstance(batch[0], ChunkSent)]
+        with RssSampler() as sampler:
+            started, cpu_started = time.perf_counter(), time.thread_time()
+            backend_started, in_chunks, in_chunks_postgres = backend_cpu(backend), 0.0, 0.0
+            for batch in batches[1:]:
+                chunk_started, chunk_backend = time.thread_time(), backend_cpu(backend)
+                write_batch(batch)
+                if isinstance(batch[0], ChunkSent):
+                    in_chunks += time.thread_time() - chunk_started
+                    in_chunks_postgres += backend_cpu(backend) - chunk_backend
+            seconds = time.perf_counter() - started
+            cpu = CpuMeter(writer=time.thread_time() - cpu_started)
+            postgres = backend_cpu(backend) - backend_started
+        connection.close()
+        rows = sum(len(batch) for batch in chunk_batches)
+        result = Result(f"slow streams, {streams:,} open", rows, seconds, 0, sampler.samples, cpu)
+        print(
+            f"{result.phase}: a lone chunk's batch row {in_chunks * 1e6 / rows:.1f} µs CPU in the"
+            f" writer, {in_chunks_postgres * 1e6 / rows:.1f} µs in Postgres; a whole run"
+            f" {cpu.writer * 1e6 / streams / rounds:.0f} µs and"
+            f" {postgres * 1e6 / streams / rounds:.0f} µs ({rows:,} chunks)"
         )
         return result
 
@@ -464,21 +527,24 @@ def main() -> None:
         for per_batch in (12, 80):
             results.append(gateway_batches(args.gateway_runs, per_batch))
             expected += args.gateway_runs // per_batch * per_batch * 20
+        results.append(gateway_batches(args.gateway_runs, 30, streams=False))
+        results.append(slow_streams(1000, 20, rounds=3))
+        expected += 3 * 1000 * 20
 
     stored = RunChunk.objects.count()
     database = settings.DATABASES["default"]["NAME"]
     batch = settings.MORTAR_WRITER_BATCH_SIZE
     print(f"database {database}, batch {batch}, chunk {CHUNK_BYTES} B, {os.cpu_count()} CPUs")
-    header = f"{'phase':<28}{'chunk rows':>12}{'seconds':>9}{'rows/s':>10}{'via spool':>11}"
+    header = f"{'phase':<34}{'chunk rows':>12}{'seconds':>9}{'rows/s':>10}{'via spool':>11}"
     header += f"{'RSS min MB':>12}{'RSS max MB':>12}"
     header += f"{'writer CPU µs/row':>19}{'process CPU µs/row':>20}"
     print(header)
     print("-" * len(header))
     for r in results:
-        writer_cpu = f"{r.cpu.writer * 1e6 / r.rows:.1f}" if r.cpu.writer else "-"
-        process_cpu = f"{r.cpu.process * 1e6 / r.rows:.1f}" if r.cpu.process else "-"
+        writer_cpu = f"{r.cpu.writer * 1e6 / r.rows:.1f}" if r.cpu.writer and r.rows else "-"
+        process_cpu = f"{r.cpu.process * 1e6 / r.rows:.1f}" if r.cpu.process and r.rows else "-"
         print(
-            f"{r.phase:<28}{r.rows:>12,}{r.seconds:>9.2f}{r.rate:>10,.0f}{r.spooled:>11,}"
+            f"{r.phase:<34}{r.rows:>12,}{r.seconds:>9.2f}{r.rate:>10,.0f}{r.spooled:>11,}"
             f"{min(r.rss):>12.0f}{max(r.rss):>12.0f}{writer_cpu:>19}{process_cpu:>20}"
         )
     verdict = "met" if results[0].rate >= TARGET_ROWS_PER_SECOND else "NOT met"
