@@ -25,8 +25,10 @@ class Run(models.Model):
     # The run id is the reply's id (PRODUCT.md decision 11): chatcmpl- + 24 hex for a chat
     # completion, msg_ + 24 hex for a Message (`core.ids`).
     id = models.CharField(max_length=40, primary_key=True)
+    # No index of its own: the indexes below that lead with it serve the foreign key and every
+    # filter by organization (migration 0019).
     organization = models.ForeignKey(
-        "accounts.Organization", on_delete=models.CASCADE, related_name="runs"
+        "accounts.Organization", on_delete=models.CASCADE, related_name="runs", db_index=False
     )
     # Indexed with `accepted_at` below (`run_key_accepted`), which also serves the foreign key.
     api_key = models.ForeignKey(
@@ -44,7 +46,8 @@ class Run(models.Model):
     deployment = models.CharField(max_length=100, default="", blank=True)
     stream = models.BooleanField(null=True)
 
-    status = models.CharField(max_length=20, choices=Status.choices, db_index=True)
+    # Indexed only where it is not "completed" (`run_not_completed` below).
+    status = models.CharField(max_length=20, choices=Status.choices)
     # The lease (`WorkerLease.id`) of the worker process that serves the run; blank when that
     # process held none when it accepted the run (then only age closes it if it is left open).
     worker = models.CharField(max_length=32, default="", blank=True)
@@ -136,6 +139,15 @@ class Run(models.Model):
             # request writes to its key's row. It replaces the foreign key's own index (same
             # leading column), so storing a run costs no more index work than before.
             models.Index(fields=["api_key", "-accepted_at"], name="run_key_accepted"),
+            # The sweep's and the Live page's runs in progress, and the runs list's rarer
+            # statuses. Partial: a run stored whole (most non-streaming runs: the writer merges
+            # a run opened and closed in one batch) adds no entry, and a run's closing update
+            # adds none either. It replaced an index of every run's status (migration 0019).
+            models.Index(
+                fields=["status", "-accepted_at", "-id"],
+                name="run_not_completed",
+                condition=~models.Q(status="completed"),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -147,7 +159,14 @@ class RunChunk(models.Model):
 
     id = models.BigAutoField(primary_key=True)
     # No index of its own: the unique (run, seq) constraint already serves lookups by run.
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="chunks", db_index=False)
+    # No foreign key constraint in the database (migration 0019): its check, at each commit,
+    # looked every chunk's run up and locked it, a third of what storing a stream cost
+    # Postgres. A statement-level trigger refuses chunks of a run that is not stored instead
+    # (the run writer's SQLite path checks the same), and Django deletes a run's chunks with
+    # it (the ORM carries `on_delete` out itself).
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="chunks", db_index=False, db_constraint=False
+    )
     seq = models.PositiveIntegerField()
     # Microseconds since the run was accepted.
     offset_us = models.BigIntegerField()

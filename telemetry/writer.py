@@ -37,14 +37,14 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, OuterRef, Subquery
 
 from core.db import DatabaseAway, drop_broken_connection
@@ -216,6 +216,7 @@ def write_batch(items: Sequence[WriterItem], *, replay: bool = False) -> None:
                     replay=replay,
                 )
         else:  # SQLite, the embedded default: plain ORM writes, conflicts ignored
+            _refuse_chunks_without_runs(chunks, opened=new_runs.keys())
             Run.objects.bulk_create(
                 [Run(**_text_safe(fields)) for fields in new_runs.values()],
                 ignore_conflicts=True,
@@ -240,6 +241,16 @@ def write_batch(items: Sequence[WriterItem], *, replay: bool = False) -> None:
             run_images_write(images)
         if replay and chunks:
             _interrupted_runs_recounted({run_id for run_id, *_ in chunks})
+
+
+def _refuse_chunks_without_runs(chunks: list[ChunkSent], *, opened: Collection[str]) -> None:
+    """Refuse the batch if a chunk's run is neither in it nor stored, as the database's check
+    does in Postgres (telemetry migration 0019): the batch is then written run by run, and such
+    a run's chunks dropped, not stored where nothing would ever read or purge them."""
+    earlier = {chunk.run_id for chunk in chunks}.difference(opened)
+    missing = earlier - set(Run.objects.filter(pk__in=earlier).values_list("pk", flat=True))
+    if missing:
+        raise IntegrityError(f"a chunk's run is not stored: {min(missing)}")
 
 
 def _interrupted_runs_recounted(run_ids: set[str]) -> None:

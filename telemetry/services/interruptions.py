@@ -38,6 +38,7 @@ from django.db.models import (
     ExpressionWrapper,
     Max,
     Q,
+    QuerySet,
     Subquery,
     Value,
 )
@@ -134,14 +135,17 @@ def runs_interrupt_orphaned(*, batch: int = SWEEP_BATCH) -> list[Orphan]:
     return closed
 
 
-def _orphans(batch: int) -> list[Orphan]:
-    """Runs in progress that no live worker serves."""
+def orphaned_runs() -> QuerySet[Run]:
+    """Runs in progress that no live worker serves (found through `run_not_completed`)."""
     live = WorkerLease.objects.filter(expires_at__gt=Now()).values("id")
     dead_owner = ~Q(worker="") & ~Q(worker__in=Subquery(live))
     old_unowned = Q(worker="", accepted_at__lt=timezone.now() - UNOWNED_AFTER)
+    return Run.objects.filter(status=Run.Status.IN_PROGRESS).filter(dead_owner | old_unowned)
+
+
+def _orphans(batch: int) -> list[Orphan]:
     rows = (
-        Run.objects.filter(status=Run.Status.IN_PROGRESS)
-        .filter(dead_owner | old_unowned)
+        orphaned_runs()
         .values_list("id", "organization_id", "session", "worker", "accepted_at")
         .order_by()[:batch]
     )

@@ -196,6 +196,8 @@ def test_a_metadata_organization_s_runs_have_no_text_to_search(
         (RunFilters(error_code="overloaded"), "run_errors"),
         (RunFilters(cost_min=Decimal("0.10")), "run_costly"),
         (RunFilters(latency_min=timedelta(seconds=5)), "run_latency"),
+        (RunFilters(status="stopped"), "run_not_completed"),
+        (RunFilters(status="in_progress"), "run_not_completed"),
     ],
 )
 def test_postgres_finds_rare_runs_through_their_indexes(filters: RunFilters, index: str) -> None:

@@ -20,6 +20,7 @@ from telemetry.services.budgets import Budget, budget_hold, budget_holds_reconci
 from telemetry.services.interruptions import (
     UNOWNED_AFTER,
     WORKER_INTERRUPTED,
+    orphaned_runs,
     runs_interrupt_orphaned,
     runs_reopen,
     worker_lease_release,
@@ -173,6 +174,17 @@ def test_every_orphan_is_closed_past_one_batch(org: Organization) -> None:
         run(org, worker=dead)
     assert closed_of(org, batch=3) == 7
     assert not Run.objects.filter(organization=org, status=Run.Status.IN_PROGRESS).exists()
+
+
+@pytest.mark.postgres
+def test_the_sweep_finds_runs_in_progress_by_the_index_of_runs_not_completed() -> None:
+    """Each heartbeat sweeps: it must not read every run stored (telemetry migration 0019)."""
+    sql, params = orphaned_runs().values_list("id")[:100].query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")  # a tiny table: make indexes count
+        cursor.execute("EXPLAIN " + sql, params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "run_not_completed" in plan, plan
 
 
 def test_chunks_and_an_outcome_that_arrive_late_are_stored_on_an_interrupted_run(

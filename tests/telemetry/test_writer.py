@@ -18,8 +18,9 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from django.db import OperationalError
+from django.db import IntegrityError, OperationalError, transaction
 
+from accounts.models import Organization
 from telemetry import writer as writer_module
 from telemetry.models import Run, RunChunk
 from telemetry.spool import HEADER, MAGIC, Spool
@@ -144,6 +145,53 @@ def test_a_run_the_database_refuses_does_not_block_the_others(
     assert_stored(good_id, good_data, 5)
     assert not Run.objects.filter(pk=bad_id).exists()
     assert not RunChunk.objects.filter(run_id=bad_id).exists()
+
+
+@pytest.mark.parametrize("replay", [False, True])
+def test_a_chunk_whose_run_is_not_stored_is_refused(tenant: Tenant, replay: bool) -> None:
+    """No foreign key holds chunks to their runs (telemetry migration 0019): a check in the
+    database (in Postgres) or in the writer (SQLite) refuses them as it did."""
+    run_id, rows, _ = run_rows(tenant.organization.id, 3)
+    stray = ChunkSent(f"chatcmpl-{secrets.token_hex(12)}", 0, 0, b"data: {}\n\n")
+    write_batch(rows[:1])  # the run is stored: its chunks go in, with or without the stray's
+    write_batch(rows[1:3], replay=replay)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        write_batch([rows[3], stray], replay=replay)
+    assert not RunChunk.objects.filter(run_id=stray.run_id).exists()
+    assert list(RunChunk.objects.filter(run_id=run_id).values_list("seq", flat=True)) == [0, 1]
+
+
+def test_the_chunks_of_a_run_refused_in_an_earlier_batch_are_dropped_not_orphaned(
+    tenant: Tenant, tmp_path: Path
+) -> None:
+    good_id, good, good_data = run_rows(tenant.organization.id, 4)
+    bad_id, bad, _ = run_rows(tenant.organization.id, 4)
+    bad[0] = RunOpened({**bad[0].fields, "organization_id": 2_000_000_000})  # no such org
+
+    async def scenario() -> None:
+        writer = RunWriter(batch_size=1000, interval=0.01, spool_dir=tmp_path)
+        writer.submit(bad[0])  # refused alone, in a batch of its own
+        await writer.flush()
+        for item in interleave(good, bad[1:]):  # its chunks and close come in the next one
+            writer.submit(item)
+        await writer.close()
+
+    drive(scenario)
+    assert_stored(good_id, good_data, 4)
+    assert not Run.objects.filter(pk=bad_id).exists()
+    assert not RunChunk.objects.filter(run_id=bad_id).exists()
+
+
+def test_deleting_an_organization_deletes_its_runs_and_their_chunks() -> None:
+    organization = Organization.objects.create(name=f"leaving-{secrets.token_hex(4)}")
+    run_id, rows, _ = run_rows(organization.id, 5)
+    write_batch(rows)
+    assert RunChunk.objects.filter(run_id=run_id).count() == 5
+
+    organization.delete()
+
+    assert not Run.objects.filter(pk=run_id).exists()
+    assert not RunChunk.objects.filter(run_id=run_id).exists()
 
 
 def test_replaying_a_written_batch_adds_nothing_and_does_not_fail(tenant: Tenant) -> None:
