@@ -271,6 +271,13 @@ def main() -> None:
         ),
         ("key", RunFilters(api_key_id=key.pk), None),
         ("status failed", RunFilters(status="failed"), None),
+        ("status stopped (~1%)", RunFilters(status="stopped"), None),
+        ("status cancelled, no match", RunFilters(status="cancelled"), None),
+        (
+            "organization + in progress, no match",
+            RunFilters(organization_id=organization.pk, status="in_progress"),
+            None,
+        ),
         ("finish reason length", RunFilters(finish_reason="length"), None),
         ("deployment", RunFilters(deployment="vllm-b"), None),
         (
