@@ -433,6 +433,13 @@ def main() -> None:
         )
         return opened, chunks, closed
 
+    def backend_pid() -> int:
+        """The process id of the Postgres backend behind this thread's connection."""
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            (pid,) = cursor.fetchone()
+        return pid
+
     def gateway_batches(runs: int, per_batch: int, *, streams: bool = True) -> Result:
         """`write_batch` on gateway-shaped batches: each holds the opens and chunks of
         `per_batch` streams and the closes of the batch before (a stream spans two batches),
@@ -451,9 +458,7 @@ def main() -> None:
             batches.append(batch + closes)
             closes = later
         write_batch(batches[0])  # connects, and warms up
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_backend_pid()")
-            (backend,) = cursor.fetchone()
+        backend = backend_pid()
         with RssSampler() as sampler:
             started, cpu_started = time.perf_counter(), time.thread_time()
             backend_started = backend_cpu(backend)
@@ -485,9 +490,7 @@ def main() -> None:
             batches += [[sent[seq] for _, sent, _ in runs] for seq in range(chunks)]
             batches.append([closed for _, _, closed in runs])
         write_batch(batches[0])  # connects
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_backend_pid()")
-            (backend,) = cursor.fetchone()
+        backend = backend_pid()
         chunk_batches = [batch for batch in batches[1:] if isinstance(batch[0], ChunkSent)]
         with RssSampler() as sampler:
             started, cpu_started = time.perf_counter(), time.thread_time()

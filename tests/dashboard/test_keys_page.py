@@ -11,7 +11,6 @@ from decimal import Decimal
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
-from django.db import connection
 from django.test import Client
 
 from accounts.auth import key_digest
@@ -19,6 +18,7 @@ from accounts.models import ApiKey, KeyChange, Organization
 from accounts.services import key_create
 from dashboard.selectors.keys import key_rows
 from telemetry.models import Run, UsageRollup
+from tests.support.runs import query_plan
 
 pytestmark = pytest.mark.django_db
 
@@ -268,11 +268,7 @@ def test_last_used_is_one_probe_of_the_key_s_index(organization: Organization) -
     """The newest run of a key is read through `run_key_accepted`, never by scanning runs."""
     key = key_create(organization=organization, name="indexed").key
     newest = Run.objects.filter(api_key=key).order_by("-accepted_at").values("accepted_at")[:1]
-    sql, params = newest.query.sql_with_params()
-    with connection.cursor() as cursor:
-        cursor.execute("SET LOCAL enable_seqscan = off")  # a tiny table would tempt the planner
-        cursor.execute(f"EXPLAIN {sql}", params)
-        plan = "\n".join(row[0] for row in cursor.fetchall())
+    plan = query_plan(newest)
     assert "run_key_accepted" in plan, plan
     assert "Sort" not in plan, plan  # the index gives the order: no sort of the key's runs
 

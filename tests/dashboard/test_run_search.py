@@ -10,7 +10,6 @@ from decimal import Decimal
 
 import orjson
 import pytest
-from django.db import connection
 
 from accounts.models import Organization
 from dashboard.forms import RunFilterForm
@@ -22,6 +21,7 @@ from telemetry.recording import RunRecorder
 from telemetry.records import RunFields
 from telemetry.search_text import PROMPT_TEXT_LIMIT, capped, prompt_text
 from telemetry.writer import RunClosed, RunOpened, write_batch
+from tests.support.runs import query_plan
 
 pytestmark = pytest.mark.django_db
 
@@ -203,12 +203,7 @@ def test_a_metadata_organization_s_runs_have_no_text_to_search(
 def test_postgres_finds_rare_runs_through_their_indexes(filters: RunFilters, index: str) -> None:
     """The search's GIN index, and the partial indexes of the filters that look for few runs:
     the query must say what they cover exactly as they do, or the planner reads every run."""
-    query = filtered_runs(filters).order_by("-accepted_at", "-id").values("id")[:51].query
-    sql, params = query.sql_with_params()
-    with connection.cursor() as cursor:
-        cursor.execute("SET LOCAL enable_seqscan = off")  # a tiny table: make indexes count
-        cursor.execute("EXPLAIN " + sql, params)
-        plan = "\n".join(row[0] for row in cursor.fetchall())
+    plan = query_plan(filtered_runs(filters).order_by("-accepted_at", "-id").values("id")[:51])
     assert index in plan, plan
 
 

@@ -7,6 +7,9 @@ import itertools
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+from django.db import connection
+from django.db.models import QuerySet
+
 from accounts.models import Organization
 from telemetry.models import Run
 
@@ -42,3 +45,13 @@ def finished_run(
         accepted_at=accepted_at,
         **values,
     )
+
+
+def query_plan(query: QuerySet) -> str:
+    """Postgres's plan for `query`, with sequential scans ruled out: the tests' tables are tiny,
+    and would tempt the planner to scan where an index is what a large table needs."""
+    sql, params = query.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(f"EXPLAIN {sql}", params)
+        return "\n".join(row[0] for row in cursor.fetchall())

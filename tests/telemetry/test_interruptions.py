@@ -29,6 +29,7 @@ from telemetry.services.interruptions import (
 from telemetry.tasks import interrupt_orphaned_runs
 from telemetry.writer import ChunkSent, RunClosed, write_batch
 from tests.support.budgets import committed
+from tests.support.runs import query_plan
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db
@@ -179,11 +180,7 @@ def test_every_orphan_is_closed_past_one_batch(org: Organization) -> None:
 @pytest.mark.postgres
 def test_the_sweep_finds_runs_in_progress_by_the_index_of_runs_not_completed() -> None:
     """Each heartbeat sweeps: it must not read every run stored (telemetry migration 0019)."""
-    sql, params = orphaned_runs().values_list("id")[:100].query.sql_with_params()
-    with connection.cursor() as cursor:
-        cursor.execute("SET LOCAL enable_seqscan = off")  # a tiny table: make indexes count
-        cursor.execute("EXPLAIN " + sql, params)
-        plan = "\n".join(row[0] for row in cursor.fetchall())
+    plan = query_plan(orphaned_runs().values_list("id")[:100])
     assert "run_not_completed" in plan, plan
 
 

@@ -64,6 +64,12 @@ def run_rows(organization_id: int, chunks: int) -> tuple[str, list[WriterItem], 
     return run_id, [opened, *sent, closed], b"".join(item.data for item in sent)
 
 
+def refused_run_rows(chunks: int) -> tuple[str, list[WriterItem]]:
+    """A run's writer items whose open the database refuses (its organization does not exist)."""
+    run_id, rows, _ = run_rows(2_000_000_000, chunks)
+    return run_id, rows
+
+
 def interleave(*runs: list[WriterItem]) -> list[WriterItem]:
     """Rows of several runs in the order concurrent streams would submit them."""
     merged: list[WriterItem] = []
@@ -132,8 +138,7 @@ def test_a_run_the_database_refuses_does_not_block_the_others(
     tenant: Tenant, tmp_path: Path
 ) -> None:
     good_id, good, good_data = run_rows(tenant.organization.id, 5)
-    bad_id, bad, _ = run_rows(tenant.organization.id, 5)
-    bad[0] = RunOpened({**bad[0].fields, "organization_id": 2_000_000_000})  # no such org
+    bad_id, bad = refused_run_rows(5)
 
     async def scenario() -> None:
         writer = RunWriter(batch_size=1000, interval=0.01, spool_dir=tmp_path)
@@ -165,8 +170,7 @@ def test_the_chunks_of_a_run_refused_in_an_earlier_batch_are_dropped_not_orphane
     tenant: Tenant, tmp_path: Path
 ) -> None:
     good_id, good, good_data = run_rows(tenant.organization.id, 4)
-    bad_id, bad, _ = run_rows(tenant.organization.id, 4)
-    bad[0] = RunOpened({**bad[0].fields, "organization_id": 2_000_000_000})  # no such org
+    bad_id, bad = refused_run_rows(4)
 
     async def scenario() -> None:
         writer = RunWriter(batch_size=1000, interval=0.01, spool_dir=tmp_path)
