@@ -315,4 +315,7 @@ def headline(result: dict[str, Any], targets: list[str]) -> str:
     cpu = result["cpu_s"]
     servers = " ".join(f"{name} {cpu[name]}" for name in targets if name in cpu)
     text += f"  [cpu {servers} core1 {result['core1_busy']}]"
+    calls = result.get("system_calls")
+    if calls:
+        text += f"  [syscalls r {calls['reads']} w {calls['writes']}]"
     return text + (f"  FAILED {failed}" if failed else "")

@@ -23,6 +23,24 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / tick
 
 
+def system_calls(pids: list[int]) -> dict[str, int]:
+    """Read and write system calls so far of these processes (all their threads), and the
+    context switches of their main threads (a server's event loop): how often it left its
+    core to wait (`voluntary`) or was put off it (`nonvoluntary`)."""
+    total = {"reads": 0, "writes": 0, "voluntary": 0, "nonvoluntary": 0}
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+                name, value = line.split(":")
+                if name in ("syscr", "syscw"):
+                    total["reads" if name == "syscr" else "writes"] += int(value)
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                    name, value = line.split(":")
+                    total[name.split("_")[0]] += int(value)
+    return total
+
+
 def process_cpu_seconds(pids: list[int]) -> dict[int, float]:
     """User + system CPU time of each of these processes (all its threads)."""
     return {pid: cpu_seconds([pid]) for pid in pids}

@@ -17,6 +17,7 @@ from .cpu import (
     database_backends,
     pids_named,
     process_cpu_seconds,
+    system_calls,
 )
 from .load import run_loadgen, run_wrk
 from .processes import session_pids
@@ -80,6 +81,7 @@ def measure(bench: Bench, target: Target, scenario: Scenario, duration: float) -
     redis_before = redis_commands(bench.redis_url) if mortar else {}
     workers = target.mortar.of.workers > 1 if target.mortar else False
     processes_before = _session_cpu(target) if workers else {}
+    calls_before = _session_calls(target)
     cpu_before = server_cpu(bench)
     load_before = children_cpu()
     cores_before = core_busy_seconds()
@@ -92,11 +94,14 @@ def measure(bench: Bench, target: Target, scenario: Scenario, duration: float) -
     load_cpu = children_cpu() - load_before
     cores_after = core_busy_seconds()
     cpu_after = server_cpu(bench)
+    calls_after = _session_calls(target)
     processes_after = _session_cpu(target) if workers else {}
     backlog = mortar_ready(target).get("run_writer", {}) if mortar else {}
     pg_after = pg_counters(mortar.database_url, mortar.database) if mortar else {}
     redis_after = redis_commands(bench.redis_url) if mortar else {}
     cpu = {k: round(cpu_after[k] - cpu_before[k], 2) for k in cpu_before}
+    if target.server:
+        result["system_calls"] = {k: calls_after[k] - calls_before[k] for k in calls_before}
     result.update(
         wall_s=round(wall, 2),
         quiet_wait_s=quiet_s,
@@ -153,6 +158,10 @@ def request_count(result: dict[str, Any]) -> int:
         # Streams counted in the window only; the CPU covers ramp-up and drain too.
         return 0
     return int(result.get("requests", 0))
+
+
+def _session_calls(target: Target) -> dict[str, int]:
+    return system_calls(session_pids(target.server.pid)) if target.server else {}
 
 
 def _session_cpu(target: Target) -> dict[int, float]:
