@@ -50,4 +50,5 @@ USER mortar
 EXPOSE 8000
 # Replaced per service in docker-compose.yml; alone, the image serves the gateway.
 CMD ["python", "-m", "config.serve", "--host", "0.0.0.0", "--port", "8000", \
-     "--loop", "uvloop", "--http", "httptools", "--no-access-log"]
+     "--loop", "core.http.event_loop:new_event_loop", "--http", "httptools", \
+     "--no-access-log"]

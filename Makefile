@@ -55,7 +55,7 @@ serve: install-serve
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py bootstrap --base-url $(BASE_URL)
 	$(BIN)/python -m config.serve --host $(HOST) --port $(PORT) --workers $(WORKERS) \
-		--loop uvloop --http httptools --no-access-log
+		--loop core.http.event_loop:new_event_loop --http httptools --no-access-log
 
 ## serve-daphne: the same app on daphne (channels' runserver)
 serve-daphne: install-serve

@@ -207,6 +207,14 @@ def pinned(setup: MortarSetup) -> list[str]:
     return ["taskset", "-c", setup.of.cores]
 
 
+def served_loop(source: Path) -> str:
+    """uvicorn's `--loop` for Mortar at `source`: the Makefile's, Mortar's own loop
+    (`core/http/event_loop.py`, since the accept fix), or uvloop for a baseline from before."""
+    if (source / "core" / "http" / "event_loop.py").exists():
+        return "core.http.event_loop:new_event_loop"
+    return "uvloop"
+
+
 def mortar_start(
     processes: Processes, setup: MortarSetup, port: int, launcher: Launcher = pinned
 ) -> Started:
@@ -226,7 +234,7 @@ def mortar_start(
             "--port",
             str(port),
             "--loop",
-            "uvloop",
+            served_loop(setup.of.source),
             "--http",
             "httptools",
             "--workers",

@@ -36,7 +36,7 @@ def serve_line(*arguments: str, **env: str) -> str:
 def test_make_serve_serves_the_workers_asked_for_through_config_serve() -> None:
     line = serve_line("WORKERS=3", "PORT=9123")
     assert ".venv/bin/python -m config.serve --host 127.0.0.1 --port 9123 --workers 3" in line
-    assert "--loop uvloop --http httptools --no-access-log" in line
+    assert "--loop core.http.event_loop:new_event_loop --http httptools --no-access-log" in line
 
 
 @pytest.mark.parametrize(

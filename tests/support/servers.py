@@ -63,7 +63,8 @@ def start_mortar(
     # As `make serve` runs uvicorn (config.serve takes uvicorn's options).
     uvicorn_options = [
         *("--host", "127.0.0.1", "--port", str(port)),
-        *("--loop", "uvloop", "--http", "httptools", "--no-access-log"),
+        *("--loop", "core.http.event_loop:new_event_loop"),
+        *("--http", "httptools", "--no-access-log"),
     ]
     if server == "serve":
         command = [sys.executable, "-m", "config.serve", *uvicorn_options, *options]
