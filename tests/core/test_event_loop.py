@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import subprocess
+import sys
+import textwrap
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -149,3 +153,47 @@ def test_an_address_in_use_is_refused_and_nothing_is_left_open() -> None:
         run(main, new_event_loop)
     finally:
         taken.close()
+
+
+# Run in a process of its own: it lowers the process's limit on open files.
+OUT_OF_FILES = textwrap.dedent(
+    """
+    import asyncio, logging, os, resource, socket, sys
+    from core.http.event_loop import new_event_loop
+    logging.basicConfig(level=logging.ERROR, stream=sys.stdout, format="%(message)s")
+    made = []
+    class Counted(asyncio.Protocol):
+        def connection_made(self, transport):
+            made.append(transport)
+    async def main():
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(Counted, "127.0.0.1", 0, backlog=100)
+        port = server.sockets[0].getsockname()[1]
+        clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(10)]
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 3, hard))
+        await asyncio.sleep(0.3)
+        print("made while out of files:", len(made))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        await asyncio.sleep(1.5)
+        print("made after:", len(made))
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        runner.run(main())
+    """
+)
+
+
+def test_out_of_files_it_pauses_accepting_and_takes_the_rest_later() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", OUT_OF_FILES],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    lines = done.stdout.splitlines()
+    assert "not accepting connections for 1 s: [Errno 24] Too many open files" in lines
+    made_while_out = int(lines[-2].rsplit(" ", 1)[1])
+    assert 0 < made_while_out < 10  # it served what it could, and did not spin or fail
+    assert lines[-1] == "made after: 10"  # once files were free again, the rest were taken
