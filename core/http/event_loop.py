@@ -11,7 +11,13 @@ loop reads it: up to `ACCEPT_BATCH` connections each time it is ready, each hand
 an accepted socket.
 
 Served with `uvicorn --loop core.http.event_loop:new_event_loop` (the Makefile, the Dockerfile,
-docker compose and the benchmark do). TLS and Unix sockets keep uvloop's own server.
+docker compose and the benchmark do). Where the worker binds its own socket (one worker, uvicorn
+given a host and port) it takes the waiting connections at once. A socket handed over (uvicorn's
+`--workers N` share the supervisor's) keeps uvloop's own server, one connection a pass: every
+worker is woken for a new connection, and one that took all that waited took wrk's 32
+connections in every round of the benchmark, leaving its sibling idle; taking one at a time,
+the idle worker takes its share, and a busy one takes fewer. TLS and Unix sockets keep uvloop's
+own server too.
 """
 
 from __future__ import annotations
@@ -28,8 +34,8 @@ import uvloop
 logger = logging.getLogger(__name__)
 
 # At most this many connections are taken each time a listening socket is ready (asyncio's
-# loop takes its backlog, 100 by default): enough for any burst, while one worker of several
-# sharing the socket does not take a whole queue the others would have taken sooner.
+# loop takes its backlog, 100 by default): enough for any burst, and the loop's other work
+# still comes round between batches.
 ACCEPT_BATCH = 64
 # Out of file descriptors: stop accepting for this long (asyncio's loop does the same), and let
 # the connections wait in the kernel's queue, rather than spin on the error.
@@ -45,7 +51,7 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 
 class AcceptingLoop(uvloop.Loop):
-    """uvloop's loop, serving TCP with `AcceptingServer`."""
+    """uvloop's loop, serving a host and port it binds itself with `AcceptingServer`."""
 
     async def create_server(  # type: ignore[override]
         self,
@@ -58,13 +64,17 @@ class AcceptingLoop(uvloop.Loop):
         ssl: Any = None,
         **options: Any,
     ) -> asyncio.AbstractServer:
-        if ssl is not None or options.get("reuse_port") or options.get("family"):
+        if (
+            sock is not None
+            or ssl is not None
+            or options.get("reuse_port")
+            or options.get("family")
+        ):
             uvloops: Any = super().create_server  # its overloads cover one case each
             return await uvloops(  # type: ignore[no-any-return]
                 protocol_factory, host, port, sock=sock, backlog=backlog, ssl=ssl, **options
             )
-        sockets = [sock] if sock is not None else await self._bound(host, port)
-        return AcceptingServer(self, protocol_factory, sockets, backlog)
+        return AcceptingServer(self, protocol_factory, await self._bound(host, port), backlog)
 
     async def _bound(
         self, host: str | Sequence[str] | None, port: int | None
@@ -157,11 +167,20 @@ class AcceptingServer(asyncio.AbstractServer):
             self._start()
 
     async def _serve(self, connection: socket.socket) -> None:
+        handed_over = False
+
+        def protocol() -> asyncio.BaseProtocol:
+            nonlocal handed_over
+            made = self._protocol_factory()
+            handed_over = True  # from here uvloop's transport owns the socket, and closes it
+            return made
+
         try:
-            await self._loop.connect_accepted_socket(self._protocol_factory, connection)
+            await self._loop.connect_accepted_socket(protocol, connection)
         except Exception:  # the connection went away before it was set up: it alone is lost
             logger.debug("an accepted connection could not be served", exc_info=True)
-            connection.close()
+            if not handed_over:
+                connection.close()
 
     def close(self) -> None:
         if self._serving:

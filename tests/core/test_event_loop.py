@@ -42,15 +42,20 @@ def run(main: Callable[[], Coroutine[Any, Any, Any]], loop_factory: Callable[[],
         return runner.run(main())
 
 
-def passes_to_serve_a_burst(loop_factory: Callable[[], Any]) -> int:
-    """Passes of the loop until `BURST` connections that were waiting are all made."""
+def passes_to_serve_a_burst(loop_factory: Callable[[], Any], *, handed_over: bool = False) -> int:
+    """Passes of the loop until `BURST` connections that were waiting are all made; on a socket
+    the server binds, or on one `handed_over` as uvicorn's workers get theirs."""
 
     async def main() -> int:
         made: list[asyncio.BaseTransport] = []
         protocol = type("P", (Counted,), {"made": made})
-        server = await asyncio.get_running_loop().create_server(
-            protocol, "127.0.0.1", 0, backlog=BURST * 2
-        )
+        loop = asyncio.get_running_loop()
+        if handed_over:
+            shared = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            shared.bind(("127.0.0.1", 0))
+            server = await loop.create_server(protocol, sock=shared, backlog=BURST * 2)
+        else:
+            server = await loop.create_server(protocol, "127.0.0.1", 0, backlog=BURST * 2)
         port = server.sockets[0].getsockname()[1]
         clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(BURST)]
         try:
@@ -79,6 +84,12 @@ def test_a_burst_of_waiting_connections_is_taken_in_a_few_passes_of_the_loop() -
     assert passes_to_serve_a_burst(uvloop.new_event_loop) >= BURST
 
 
+def test_a_socket_the_workers_share_is_taken_from_one_connection_a_pass() -> None:
+    # uvicorn's `--workers N` hand each worker the supervisor's socket: all are woken for a
+    # connection, and one taking every waiting connection would leave its siblings idle.
+    assert passes_to_serve_a_burst(new_event_loop, handed_over=True) >= BURST
+
+
 def test_connections_are_served_by_the_protocol_and_the_server_closes() -> None:
     async def main() -> None:
         made: list[asyncio.BaseTransport] = []
@@ -100,25 +111,32 @@ def test_connections_are_served_by_the_protocol_and_the_server_closes() -> None:
     run(main, new_event_loop)
 
 
-def test_a_socket_handed_over_is_served_as_it_is() -> None:
-    # uvicorn's workers get the supervisor's bound socket (`--workers N`).
-    listening = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listening.bind(("127.0.0.1", 0))
-    port = listening.getsockname()[1]
-
+def test_a_connection_that_cannot_be_served_is_closed_and_the_server_goes_on() -> None:
     async def main() -> None:
         made: list[asyncio.BaseTransport] = []
-        protocol = type("P", (Counted,), {"made": made})
-        server = await asyncio.get_running_loop().create_server(protocol, sock=listening)
-        assert server.sockets == (listening,)
+        counted = type("P", (Counted,), {"made": made})
+        calls = 0
+
+        def protocol() -> asyncio.Protocol:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise RuntimeError("no protocol for the first connection")
+            made_protocol: asyncio.Protocol = counted()
+            return made_protocol
+
+        server = await asyncio.get_running_loop().create_server(protocol, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        first_reader, first_writer = await asyncio.open_connection("127.0.0.1", port)
+        assert await first_reader.read() == b""  # closed, not left hanging
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(b"?")
         assert await reader.readexactly(2) == b"ok"
-        writer.close()
+        for stream in (first_writer, writer):
+            stream.close()
         server.close()
 
     run(main, new_event_loop)
-    assert listening.fileno() == -1  # closed with the server
 
 
 @pytest.mark.parametrize(
