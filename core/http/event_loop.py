@@ -177,8 +177,8 @@ class AcceptingServer(asyncio.AbstractServer):
 
         try:
             await self._loop.connect_accepted_socket(protocol, connection)
-        except Exception:  # the connection went away before it was set up: it alone is lost
-            logger.debug("an accepted connection could not be served", exc_info=True)
+        except Exception:  # no protocol for it, or it went away while it was set up
+            logger.warning("an accepted connection could not be served", exc_info=True)
             if not handed_over:
                 connection.close()
 
