@@ -275,9 +275,12 @@ class SlowStream(asyncio.Protocol):
 
     TAIL = 32
 
-    def __init__(self, gaps: list[float], gap_times: list[float] | None = None) -> None:
+    def __init__(
+        self, gaps: list[float], timed_gaps: list[tuple[float, float]] | None = None
+    ) -> None:
         self.gaps = gaps
-        self.gap_times = gap_times  # when each gap ended, where the caller asked (--gap-log)
+        # (when it ended, the gap) for each gap between packets, where asked (--gap-log)
+        self.timed_gaps = timed_gaps
         self.transport: asyncio.Transport | None = None
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.sent_at = 0.0
@@ -318,8 +321,8 @@ class SlowStream(asyncio.Protocol):
                 gap = now - self.last_token_at
                 self.gaps.append(gap)
                 self.max_gap = max(self.max_gap, gap)
-                if self.gap_times is not None:
-                    self.gap_times.append(now)
+                if self.timed_gaps is not None:
+                    self.timed_gaps.append((now, gap))
             self.gaps.extend([0.0] * (tokens - 1))  # tokens that came in one packet
             self.last_token_at = now
             self.tokens += tokens
@@ -344,15 +347,11 @@ class SlowStream(asyncio.Protocol):
 def _write_gap_log(
     args: argparse.Namespace,
     started: float,
-    gaps: list[float],
-    gap_times: list[float] | None,
+    timed_gaps: list[tuple[float, float]],
     streams: list[SlowStream],
 ) -> str:
     """Every gap between two packets with tokens, with when it ended (seconds since the start),
     and every stream's request and first token: where in the run the long gaps fall."""
-    nonzero = [gap for gap in gaps if gap > 0.0]
-    assert gap_times is not None and len(nonzero) == len(gap_times)
-    timed = zip(gap_times, nonzero, strict=True)
     address = urlsplit(args.url).netloc.replace(":", "-")
     path = Path(args.gap_log) / f"gaps-{address}-{time.time():.0f}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -360,7 +359,7 @@ def _write_gap_log(
         json.dumps(
             {
                 "url": args.url,
-                "gaps": [[round(t - started, 4), round(g, 5)] for t, g in timed],
+                "gaps": [[round(t - started, 4), round(g, 5)] for t, g in timed_gaps],
                 "streams": [
                     [
                         round(s.sent_at - started, 4),
@@ -381,14 +380,14 @@ async def slow_streams(args: argparse.Namespace, target: Target) -> dict:
     started = time.perf_counter()
     hard_deadline = started + args.ramp + args.duration + args.drain_timeout
     gaps: list[float] = []
-    gap_times: list[float] | None = [] if args.gap_log else None
+    timed_gaps: list[tuple[float, float]] | None = [] if args.gap_log else None
     ttft: list[float] = []
     streams: list[SlowStream] = []
     errors: dict[str, int] = {}
 
     async def one(index: int) -> None:
         await asyncio.sleep(index * args.ramp / args.connections)
-        stream = SlowStream(gaps, gap_times)
+        stream = SlowStream(gaps, timed_gaps)
         streams.append(stream)
         for attempt in range(CONNECT_ATTEMPTS):
             try:
@@ -443,7 +442,8 @@ async def slow_streams(args: argparse.Namespace, target: Target) -> dict:
     wall = time.perf_counter() - started
     logged = {}
     if args.gap_log:
-        logged["gap_log"] = _write_gap_log(args, started, gaps, gap_times, streams)
+        assert timed_gaps is not None
+        logged["gap_log"] = _write_gap_log(args, started, timed_gaps, streams)
     return {
         **logged,
         "mode": "slow",
