@@ -74,7 +74,10 @@ class AcceptingLoop(uvloop.Loop):
             return await uvloops(  # type: ignore[no-any-return]
                 protocol_factory, host, port, sock=sock, backlog=backlog, ssl=ssl, **options
             )
-        return AcceptingServer(self, protocol_factory, await self._bound(host, port), backlog)
+        server = AcceptingServer(self, protocol_factory, await self._bound(host, port), backlog)
+        if options.get("start_serving", True):
+            await server.start_serving()
+        return server
 
     async def _bound(
         self, host: str | Sequence[str] | None, port: int | None
@@ -125,8 +128,7 @@ class AcceptingServer(asyncio.AbstractServer):
         self._opening: set[asyncio.Task[Any]] = set()  # held: a task nothing holds may vanish
         for listening in sockets:
             listening.setblocking(False)
-            listening.listen(backlog)
-        self._start()
+            listening.listen(backlog)  # connections queue in the kernel until it serves
 
     @property
     def sockets(self) -> tuple[socket.socket, ...]:

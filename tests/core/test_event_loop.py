@@ -111,6 +111,30 @@ def test_connections_are_served_by_the_protocol_and_the_server_closes() -> None:
     run(main, new_event_loop)
 
 
+def test_a_server_made_not_serving_takes_connections_only_once_it_starts() -> None:
+    async def main() -> None:
+        made: list[asyncio.BaseTransport] = []
+        protocol = type("P", (Counted,), {"made": made})
+        server = await asyncio.get_running_loop().create_server(
+            protocol, "127.0.0.1", 0, start_serving=False
+        )
+        assert not server.is_serving()
+        port = server.sockets[0].getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))  # waits in the kernel's queue
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert made == []
+        await server.start_serving()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert len(made) == 1
+        client.close()
+        made[0].close()
+        server.close()
+
+    run(main, new_event_loop)
+
+
 def test_a_connection_that_cannot_be_served_is_closed_and_the_server_goes_on() -> None:
     async def main() -> None:
         made: list[asyncio.BaseTransport] = []
