@@ -256,7 +256,8 @@ MORTAR_LEAN_DISPATCH = env_bool("MORTAR_LEAN_DISPATCH", True)
 MORTAR_DEFAULT_MODEL = env_str("MORTAR_DEFAULT_MODEL", "Qwen/Qwen2.5-7B-Instruct")
 # Seconds of model-server silence before Mortar sends a `: ping` comment (spec: 10).
 MORTAR_PING_SECONDS = float(os.environ.get("MORTAR_PING_SECONDS", "") or 10)
-# Run writer: how many rows one batch holds at most, and how long a row may wait for its batch.
+# Run writer: how many rows are written at once without waiting (a writer behind takes up to eight
+# times as many in one transaction), and how long a row may wait for its batch.
 MORTAR_WRITER_BATCH_SIZE = env_int("MORTAR_WRITER_BATCH_SIZE", 2000)
 MORTAR_WRITER_INTERVAL_MS = env_int("MORTAR_WRITER_INTERVAL_MS", 50)
 # Queued rows past which the writer spills to its spool file under var/ instead of memory.

@@ -75,6 +75,11 @@ CLOSE_TIMEOUT_SECONDS = 10.0
 # How much longer than its `write_for` a close waits for a database call in progress.
 STUCK_SECONDS = 5.0
 MARK_EVERY_SECONDS = 0.05
+# A writer behind (more than `batch_size` rows queued) takes up to this many batches' rows in one
+# transaction. Each batch costs a round trip through the event loop and the GIL, whatever its
+# size, and under a busy loop that trip is the pass of the loop (tens of ms): at 20,000 chunks/s
+# batches of 2,000 came back too slowly to keep up (README, "Issue 17, 2026-12-06 (afternoon)").
+CATCH_UP_BATCHES = 8
 
 
 # Named tuples: the request path makes one per chunk, and a tuple costs half what a frozen
@@ -520,7 +525,7 @@ class RunWriter:
         if len(self._queue) >= self.spill_at:  # far behind: keep memory bounded
             await self._spill()
             return True
-        batch = list(itertools.islice(self._queue, self.batch_size))
+        batch = list(itertools.islice(self._queue, self.batch_size * CATCH_UP_BATCHES))
         if not await self._try(self._write, batch, False):
             return False
         self._take(len(batch))
@@ -687,7 +692,8 @@ async def close_run_writer() -> None:
 
 
 def writer_status() -> dict[str, Any]:
-    """Queue depth, lag, spooled rows and the last database error of this process's writers."""
+    """Queue depth, lag, spooled rows, rows ever spilled to the spool (behind or with the database
+    away) and the last database error of this process's writers."""
     writers = run_writer.instances()
     errors = [(w.last_error_at, w.last_error) for w in writers if w.last_error_at is not None]
     last_error = None
@@ -698,5 +704,6 @@ def writer_status() -> dict[str, Any]:
         "queue_depth": sum(w.depth for w in writers),
         "lag_seconds": round(max((w.lag_seconds for w in writers), default=0.0), 3),
         "spooled": sum(w.spooled for w in writers),
+        "spilled_total": sum(w.spilled_total for w in writers),
         "last_error": last_error,
     }

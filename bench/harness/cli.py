@@ -318,4 +318,6 @@ def headline(result: dict[str, Any], targets: list[str]) -> str:
     calls = result.get("system_calls")
     if calls:
         text += f"  [syscalls r {calls['reads']} w {calls['writes']}]"
+    if result.get("writer_spilled"):
+        text += f"  [run writer spilled {result['writer_spilled']:,} rows]"
     return text + (f"  FAILED {failed}" if failed else "")

@@ -82,6 +82,7 @@ def measure(bench: Bench, target: Target, scenario: Scenario, duration: float) -
     workers = target.mortar.of.workers > 1 if target.mortar else False
     processes_before = _session_cpu(target) if workers else {}
     calls_before = _session_calls(target)
+    writer_before = mortar_ready(target).get("run_writer", {}) if mortar else {}
     cpu_before = server_cpu(bench)
     load_before = children_cpu()
     cores_before = core_busy_seconds()
@@ -102,6 +103,10 @@ def measure(bench: Bench, target: Target, scenario: Scenario, duration: float) -
     cpu = {k: round(cpu_after[k] - cpu_before[k], 2) for k in cpu_before}
     if target.server:
         result["system_calls"] = {k: calls_after[k] - calls_before[k] for k in calls_before}
+    if not workers and "spilled_total" in backlog and "spilled_total" in writer_before:
+        # Rows the run writer spilled to its spool in the measurement: it fell that far behind
+        # (one worker: /readyz answers for the worker it reaches).
+        result["writer_spilled"] = backlog["spilled_total"] - writer_before["spilled_total"]
     result.update(
         wall_s=round(wall, 2),
         quiet_wait_s=quiet_s,

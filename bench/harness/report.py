@@ -103,6 +103,26 @@ def _row(cells: list[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def _spills(runs: list[dict[str, Any]]) -> list[str]:
+    """A line for each gateway whose run writer fell so far behind that it spilled to its spool
+    (MORTAR_WRITER_SPILL_AT rows queued) during a measurement: what it spilled, and where."""
+    spilled: dict[str, list[str]] = {}
+    for run in runs:
+        rows = run["result"].get("writer_spilled")
+        if rows:
+            spilled.setdefault(run["target"], []).append(
+                f"{run['scenario']} round {run['round'] + 1}: {rows:,}"
+            )
+    lines: list[str] = []
+    for target, where in spilled.items():
+        lines += [
+            "",
+            f"The run writer of {label(target)} fell behind and spilled rows to its spool "
+            f"({'; '.join(where)}).",
+        ]
+    return lines
+
+
 def render(report: dict[str, Any]) -> str:
     table = report["medians"]
     machine = report["machine"]
@@ -251,6 +271,7 @@ def render(report: dict[str, Any]) -> str:
                 f"({', '.join(f'{k} {v:,}' for k, v in counts['by_status'].items())}), "
                 f"{counts['chunks']:,} chunk rows.",
             ]
+    lines += _spills(report["runs"])
     if before or not litellm:
         command = " ".join(["bench/run.py", *report.get("argv", [])])
         reproduce = f"Reproduce: `.venv/bin/python {command}`."

@@ -26,8 +26,15 @@ def test_readyz_checks_the_database_and_redis(mortar_server: ServerProcess) -> N
     assert body["ok"] is True
     assert body["database"] == "ok"
     assert body["redis"] == "ok"
-    assert set(body["run_writer"]) == {"queue_depth", "lag_seconds", "spooled", "last_error"}
+    assert set(body["run_writer"]) == {
+        "queue_depth",
+        "lag_seconds",
+        "spooled",
+        "spilled_total",
+        "last_error",
+    }
     assert body["run_writer"]["spooled"] == 0
+    assert body["run_writer"]["spilled_total"] == 0
 
 
 def test_readyz_checks_the_database_and_the_backplane(mortar_server: ServerProcess) -> None:

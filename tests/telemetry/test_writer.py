@@ -134,6 +134,37 @@ def test_it_writes_every_run_and_chunk_across_batches(tenant: Tenant, tmp_path: 
     assert spool_files(tmp_path) == []
 
 
+def test_a_writer_behind_catches_up_in_bigger_transactions(tenant: Tenant, tmp_path: Path) -> None:
+    """More than a batch queued is taken up to CATCH_UP_BATCHES batches at a time (each batch
+    costs a trip through the loop whatever its size); a batch's worth or less, as it comes."""
+    runs = [run_rows(tenant.organization.id, 60) for _ in range(20)]  # 1,240 rows
+    written: list[int] = []
+
+    class CountingWriter(RunWriter):
+        def _write(self, items, replay):  # type: ignore[no-untyped-def]
+            written.append(len(items))
+            super()._write(items, replay)
+
+    async def scenario() -> None:
+        writer = CountingWriter(batch_size=25, interval=0.01, spool_dir=tmp_path)
+        for item in interleave(*(rows for _, rows, _ in runs)):
+            writer.submit(item)  # all queued before the writer's first pass: it is behind
+        await writer.flush()
+        ids, rows, data = run_rows(tenant.organization.id, 3)
+        for item in rows:  # 5 rows: less than a batch
+            writer.submit(item)
+        await writer.flush()
+        await writer.close()
+        runs.append((ids, rows, data))
+
+    drive(scenario)
+    most = 25 * writer_module.CATCH_UP_BATCHES
+    assert len(written) < 1240 // 25  # fewer transactions than batches
+    assert written == [most] * (1240 // most) + [1240 % most, 5]
+    for run_id, rows, data in runs:
+        assert_stored(run_id, data, len(rows) - 2)
+
+
 def test_a_run_the_database_refuses_does_not_block_the_others(
     tenant: Tenant, tmp_path: Path
 ) -> None:
@@ -495,6 +526,7 @@ def test_a_writer_far_behind_spools_and_still_writes_everything_in_order(
             writer.submit(item)  # 640 rows at once: more than `spill_at`
         await writer.flush()
         await writer.close()
+        assert writer.spilled_total == sum(appended)  # what /readyz reports as spilled_total
 
     drive(scenario)
     assert appended and sum(appended) >= 100
@@ -512,6 +544,7 @@ def test_status_reports_depth_lag_and_spooled_rows(tenant: Tenant, settings) -> 
             "queue_depth": 0,
             "lag_seconds": 0.0,
             "spooled": 0,
+            "spilled_total": 0,
             "last_error": None,
         }
         submitted = time.monotonic()
