@@ -1,4 +1,5 @@
-"""py-spy profiles of the working tree's Mortar under the throughput and slow-stream loads."""
+"""py-spy profiles of the working tree's Mortar under the throughput, one-connection and slow-stream
+loads."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from .targets import Bench
 
 
 def profile_mortar(bench: Bench, scenarios: list[Scenario], duration: float) -> None:
-    """Record py-spy profiles of Mortar under the throughput and slow-stream loads."""
+    """Record py-spy profiles of Mortar: throughput, one connection and the slow streams."""
     py_spy = shutil.which("py-spy") or str(Path(PYTHON).parent / "py-spy")
     if not Path(py_spy).exists():
         print("py-spy is not installed (.venv/bin/pip install py-spy): no profiles", flush=True)
@@ -28,7 +29,7 @@ def profile_mortar(bench: Bench, scenarios: list[Scenario], duration: float) -> 
     target = bench.targets["mortar"]
     assert target.server is not None
     for scenario in scenarios:
-        if scenario.name not in ("json-32", "stream-32", "slow-1000"):
+        if scenario.name not in ("json-32", "stream-32", "slow-1000", "json-1", "stream-1"):
             continue
         name = scenario.name
         for fmt, suffix in (("raw", "txt"), ("flamegraph", "svg")):
