@@ -97,16 +97,16 @@ def measure(bench: Bench, target: Target, scenario: Scenario, duration: float) -
     cpu_after = server_cpu(bench)
     calls_after = _session_calls(target)
     processes_after = _session_cpu(target) if workers else {}
-    backlog = mortar_ready(target).get("run_writer", {}) if mortar else {}
+    writer_after = mortar_ready(target).get("run_writer", {}) if mortar else {}
     pg_after = pg_counters(mortar.database_url, mortar.database) if mortar else {}
     redis_after = redis_commands(bench.redis_url) if mortar else {}
     cpu = {k: round(cpu_after[k] - cpu_before[k], 2) for k in cpu_before}
     if target.server:
         result["system_calls"] = {k: calls_after[k] - calls_before[k] for k in calls_before}
-    if not workers and "spilled_total" in backlog and "spilled_total" in writer_before:
+    if not workers and "spilled_total" in writer_after and "spilled_total" in writer_before:
         # Rows the run writer spilled to its spool in the measurement: it fell that far behind
         # (one worker: /readyz answers for the worker it reaches).
-        result["writer_spilled"] = backlog["spilled_total"] - writer_before["spilled_total"]
+        result["writer_spilled"] = writer_after["spilled_total"] - writer_before["spilled_total"]
     result.update(
         wall_s=round(wall, 2),
         quiet_wait_s=quiet_s,
@@ -135,7 +135,7 @@ def measure(bench: Bench, target: Target, scenario: Scenario, duration: float) -
         )
     count = request_count(result)
     if mortar and count:
-        result["writer_after"] = backlog
+        result["writer_after"] = writer_after
         result["per_request"] = {
             "mortar_cpu_ms": round(cpu[target.name] * 1000 / count, 3),
             "postgres_cpu_ms": round(cpu["postgres"] * 1000 / count, 3),
