@@ -21,12 +21,10 @@ import argparse
 import asyncio
 import json
 import math
-import os
 import resource
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from urllib.parse import urlsplit
 
 # A stream stalls when the next token takes longer than this (20 drip intervals of 50 ms).
@@ -275,12 +273,8 @@ class SlowStream(asyncio.Protocol):
 
     TAIL = 32
 
-    def __init__(
-        self, gaps: list[float], timed_gaps: list[tuple[float, float]] | None = None
-    ) -> None:
+    def __init__(self, gaps: list[float]) -> None:
         self.gaps = gaps
-        # (when it ended, the gap) for each gap between packets, where asked (--gap-log)
-        self.timed_gaps = timed_gaps
         self.transport: asyncio.Transport | None = None
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.sent_at = 0.0
@@ -321,8 +315,6 @@ class SlowStream(asyncio.Protocol):
                 gap = now - self.last_token_at
                 self.gaps.append(gap)
                 self.max_gap = max(self.max_gap, gap)
-                if self.timed_gaps is not None:
-                    self.timed_gaps.append((now, gap))
             self.gaps.extend([0.0] * (tokens - 1))  # tokens that came in one packet
             self.last_token_at = now
             self.tokens += tokens
@@ -344,35 +336,6 @@ class SlowStream(asyncio.Protocol):
             self.done.set_exception(ConnectionError(f"connection lost: {exc!r}"))
 
 
-def _write_gap_log(
-    args: argparse.Namespace,
-    started: float,
-    timed_gaps: list[tuple[float, float]],
-    streams: list[SlowStream],
-) -> str:
-    """Every gap between two packets with tokens, with when it ended (seconds since the start),
-    and every stream's request and first token: where in the run the long gaps fall."""
-    address = urlsplit(args.url).netloc.replace(":", "-")
-    path = Path(args.gap_log) / f"gaps-{address}-{time.time():.0f}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(
-        json.dumps(
-            {
-                "url": args.url,
-                "gaps": [[round(t - started, 4), round(g, 5)] for t, g in timed_gaps],
-                "streams": [
-                    [
-                        round(s.sent_at - started, 4),
-                        None if s.first_token_at is None else round(s.first_token_at - started, 4),
-                    ]
-                    for s in streams
-                ],
-            }
-        )
-    )
-    return str(path)
-
-
 async def slow_streams(args: argparse.Namespace, target: Target) -> dict:
     """Open `connections` long streams over `ramp` seconds, one per connection, and time every
     token of every stream; they overlap fully once the ramp is over."""
@@ -380,14 +343,13 @@ async def slow_streams(args: argparse.Namespace, target: Target) -> dict:
     started = time.perf_counter()
     hard_deadline = started + args.ramp + args.duration + args.drain_timeout
     gaps: list[float] = []
-    timed_gaps: list[tuple[float, float]] | None = [] if args.gap_log else None
     ttft: list[float] = []
     streams: list[SlowStream] = []
     errors: dict[str, int] = {}
 
     async def one(index: int) -> None:
         await asyncio.sleep(index * args.ramp / args.connections)
-        stream = SlowStream(gaps, timed_gaps)
+        stream = SlowStream(gaps)
         streams.append(stream)
         for attempt in range(CONNECT_ATTEMPTS):
             try:
@@ -440,12 +402,7 @@ async def slow_streams(args: argparse.Namespace, target: Target) -> dict:
             tails.append(stream.finished_at - stream.last_token_at)
     counts["failed"] += args.connections - len(streams)
     wall = time.perf_counter() - started
-    logged = {}
-    if args.gap_log:
-        assert timed_gaps is not None
-        logged["gap_log"] = _write_gap_log(args, started, timed_gaps, streams)
     return {
-        **logged,
         "mode": "slow",
         "connections": args.connections,
         "tokens_per_stream": args.tokens,
@@ -515,11 +472,6 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=260, help="tokens per slow stream")
     parser.add_argument("--warmup", type=float, default=1.0, help="seconds before measuring")
     parser.add_argument("--drain-timeout", type=float, default=20.0)
-    parser.add_argument(
-        "--gap-log",
-        default=os.environ.get("LOADGEN_GAP_LOG", ""),
-        help="slow mode: a directory to write every gap with its time to (a JSON file a run)",
-    )
     args = parser.parse_args()
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
