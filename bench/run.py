@@ -14,7 +14,7 @@
   (its own database and Redis prefix; measured on json-32 and stream-32 only);
 - waits (bounded by --wait-quiet) until nothing else burns CPU on the machine, and records
   what it cannot explain per measurement;
-- loads them from separate processes on core 1 (wrk for throughput, `bench/loadgen.py` for
+- loads them from separate processes on core 1 (wrk for throughput, `bench/harness/loadgen/` for
   gaps between chunks and one-connection latency), targets interleaved over the rounds. The
   1,000 slow streams are one long stream per connection (a token every 50 ms for the ramp plus
   one measurement), so all of them overlap for a whole measurement;

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .baseline import Baseline, baseline_checked_out
+from .checks import check_target
 from .constants import (
     BENCH_DB,
     LOAD_CORE,
@@ -48,7 +49,7 @@ from .mortar import TWO_WORKERS, UNMETERED, mortar_sources
 from .processes import Processes
 from .profiling import profile_mortar
 from .report import machine_info, render
-from .scenarios import SCENARIOS, Scenario, check_target
+from .scenarios import SCENARIOS, Scenario
 from .stores import admin_database_url, clean_redis, drop_database, recorded_counts, redis_url
 from .targets import Bench, start_everything
 

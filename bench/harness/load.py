@@ -1,5 +1,5 @@
-"""The load generators, run from the load core: wrk for throughput, bench/loadgen.py for gaps
-between chunks and one-connection latency."""
+"""The load generators, run from the load core: wrk for throughput, the asyncio client
+(bench/harness/loadgen/) for gaps between chunks and one-connection latency."""
 
 from __future__ import annotations
 
@@ -9,13 +9,28 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from .constants import BENCH, LOAD_CORE, PYTHON, SLOW_RAMP_S
-from .scenarios import Scenario, body_file
+from .constants import HARNESS, LOAD_CORE, PYTHON, ROOT, SLOW_RAMP_S
+from .scenarios import Scenario, request_body, request_headers
 from .targets import Target
 
 
+def body_file(tmp: Path, target: Target, scenario: Scenario) -> Path:
+    """The scenario's request body for this target, written once to a file for the loaders."""
+    path = tmp / f"body-{target.name}-{scenario.name}.json"
+    if not path.exists():
+        path.write_bytes(
+            request_body(
+                target.model,
+                stream=scenario.stream,
+                delay_ms=scenario.delay_ms,
+                chunks=scenario.chunks,
+            )
+        )
+    return path
+
+
 def load_command(target: Target, scenario: Scenario, tmp: Path, seconds: float) -> list[str]:
-    """The command that loads `target` with `scenario` for `seconds`."""
+    """The command that loads `target` with `scenario` for `seconds` (run it from ROOT)."""
     if scenario.kind == "wrk":
         return [
             "taskset",
@@ -28,22 +43,23 @@ def load_command(target: Target, scenario: Scenario, tmp: Path, seconds: float) 
             "--timeout",
             "10s",
             "-s",
-            str(BENCH / "post.lua"),
+            str(HARNESS / "post.lua"),
             target.url,
         ]
+    headers = request_headers(target.auth)
     return [
         "taskset",
         "-c",
         LOAD_CORE,
         PYTHON,
-        str(BENCH / "loadgen.py"),
+        "-m",
+        "bench.harness.loadgen",
         scenario.kind,
         "--url",
         target.url,
         "--body-file",
         str(body_file(tmp, target, scenario)),
-        "--auth",
-        target.auth,
+        *(f"--header={name}: {value}" for name, value in headers.items()),
         "--duration",
         f"{seconds:g}",
         "--connections",
@@ -55,19 +71,23 @@ def load_command(target: Target, scenario: Scenario, tmp: Path, seconds: float) 
     ]
 
 
-def wrk_env(target: Target, scenario: Scenario, tmp: Path) -> dict[str, str]:
-    """What bench/post.lua reads: the body to POST and the key to send."""
+def load_env(target: Target, scenario: Scenario, tmp: Path) -> dict[str, str]:
+    """The environment of the load: what bench/harness/post.lua reads (the body to POST and the
+    headers to send)."""
+    headers = request_headers(target.auth)
     return {
         **os.environ,
         "BENCH_BODY_FILE": str(body_file(tmp, target, scenario)),
-        "BENCH_AUTH": target.auth,
+        "BENCH_HEADERS": "\n".join(f"{name}: {value}" for name, value in headers.items()),
     }
 
 
 def run_wrk(target: Target, scenario: Scenario, tmp: Path, duration: float) -> dict[str, Any]:
     command = load_command(target, scenario, tmp, duration)
-    env = wrk_env(target, scenario, tmp)
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=duration + 60)
+    env = load_env(target, scenario, tmp)
+    result = subprocess.run(
+        command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=duration + 60
+    )
     line = next((x for x in result.stdout.splitlines() if x.startswith("BENCH_JSON ")), None)
     if line is None:
         raise RuntimeError(f"wrk printed no summary:\n{result.stdout}\n{result.stderr}")
@@ -87,30 +107,15 @@ def run_wrk(target: Target, scenario: Scenario, tmp: Path, duration: float) -> d
 
 
 def run_loadgen(target: Target, scenario: Scenario, tmp: Path, duration: float) -> dict[str, Any]:
-    command = [
-        "taskset",
-        "-c",
-        LOAD_CORE,
-        PYTHON,
-        str(BENCH / "loadgen.py"),
-        scenario.kind,
-        "--url",
-        target.url,
-        "--body-file",
-        str(body_file(tmp, target, scenario)),
-        "--duration",
-        f"{duration:g}",
-    ]
-    if target.auth:
-        command += ["--auth", target.auth]
-    if scenario.kind == "slow":
-        command += [
-            "--connections", str(scenario.connections),
-            "--ramp", f"{SLOW_RAMP_S:g}",
-            "--tokens", str(scenario.chunks),
-        ]  # fmt: skip
-        command[command.index("--duration") + 1] = f"{scenario.chunks * scenario.delay_ms / 1000:g}"
-    result = subprocess.run(command, capture_output=True, text=True, timeout=duration + 120)
+    # A slow stream lasts its chunks at the mock's pace: the measurement is as long as that.
+    seconds = scenario.chunks * scenario.delay_ms / 1000 if scenario.kind == "slow" else duration
+    result = subprocess.run(
+        load_command(target, scenario, tmp, seconds),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=seconds + 120,
+    )
     if result.returncode != 0:
         raise RuntimeError(f"loadgen failed:\n{result.stdout}\n{result.stderr}")
     summary: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])

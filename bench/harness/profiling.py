@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .constants import LOAD_CORE, PYTHON, RESULTS, ROOT
-from .load import load_command, wrk_env
+from .load import load_command, load_env
 from .measure import wait_quiet
 from .scenarios import Scenario
 from .targets import Bench
@@ -39,7 +39,8 @@ def profile_mortar(bench: Bench, scenarios: list[Scenario], duration: float) -> 
             load_seconds = duration + 6
             load = subprocess.Popen(
                 load_command(target, scenario, bench.tmp, load_seconds),
-                env=wrk_env(target, scenario, bench.tmp),
+                env=load_env(target, scenario, bench.tmp),
+                cwd=ROOT,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,

@@ -1,16 +1,12 @@
-"""What is measured: the scenarios, the request bodies they send, and a check of each target."""
+"""What is measured: the scenarios, and the requests they send."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import httpx
-
 from .constants import CHUNKS, QUESTION, SLOW_DELAY_MS, SYSTEM
-from .targets import Target
 
 
 @dataclass(frozen=True)
@@ -56,42 +52,6 @@ def request_body(model: str, *, stream: bool, delay_ms: int = 0, chunks: int = C
     return json.dumps(body).encode()
 
 
-def body_file(tmp: Path, target: Target, scenario: Scenario) -> Path:
-    """The scenario's request body for this target, written once to a file for the loaders."""
-    path = tmp / f"body-{target.name}-{scenario.name}.json"
-    if not path.exists():
-        path.write_bytes(
-            request_body(
-                target.model,
-                stream=scenario.stream,
-                delay_ms=scenario.delay_ms,
-                chunks=scenario.chunks,
-            )
-        )
-    return path
-
-
-def check_target(target: Target) -> None:
-    """One request of each kind, checked: 200, twenty tokens, and a complete stream."""
-    headers = {"Authorization": f"Bearer {target.auth}"} if target.auth else {}
-    headers["Content-Type"] = "application/json"
-    with httpx.Client(timeout=30) as client:
-        reply = client.post(
-            target.url, content=request_body(target.model, stream=False), headers=headers
-        )
-        if reply.status_code != 200:
-            raise RuntimeError(f"{target.name}: {reply.status_code} {reply.text[:300]}")
-        content = reply.json()["choices"][0]["message"]["content"]
-        if content.count("tok") != CHUNKS:
-            raise RuntimeError(f"{target.name}: unexpected reply {content!r}")
-        if target.kind == "mortar" and "X-Mortar-Run-Id" not in reply.headers:
-            raise RuntimeError(f"{target.name}: no X-Mortar-Run-Id")
-        body = request_body(target.model, stream=True)
-        with client.stream("POST", target.url, content=body, headers=headers) as stream:
-            text = stream.read().decode()
-        if stream.status_code != 200:
-            raise RuntimeError(f"{target.name}: stream {stream.status_code} {text[:300]}")
-        events = [e for e in text.split("\n\n") if e.startswith("data: ")]
-        tokens = sum(1 for e in events if '"content":"tok' in e or '"content":" tok' in e)
-        if tokens != CHUNKS or events[-1] != "data: [DONE]":
-            raise RuntimeError(f"{target.name}: stream with {tokens} tokens:\n{text[:2000]}")
+def request_headers(auth: str) -> dict[str, str]:
+    """The headers a request carries beside its content type: the target's key, if any."""
+    return {"Authorization": f"Bearer {auth}"} if auth else {}

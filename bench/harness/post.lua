@@ -1,5 +1,5 @@
--- wrk script: POST the body in $BENCH_BODY_FILE with `Authorization: Bearer $BENCH_AUTH`, and
--- print a machine-readable summary line (BENCH_JSON {...}) when done.
+-- wrk script: POST the body in $BENCH_BODY_FILE with the headers in $BENCH_HEADERS (one
+-- "Name: value" a line), and print a machine-readable summary line (BENCH_JSON {...}) when done.
 -- No response() callback: defining one makes wrk hand every body to Lua, which costs the
 -- load generator CPU; non-2xx answers are counted by wrk itself (errors.status).
 
@@ -8,9 +8,11 @@ wrk.method = "POST"
 wrk.body = file:read("*a")
 file:close()
 wrk.headers["Content-Type"] = "application/json"
-local auth = os.getenv("BENCH_AUTH")
-if auth ~= nil and auth ~= "" then
-  wrk.headers["Authorization"] = "Bearer " .. auth
+for line in (os.getenv("BENCH_HEADERS") or ""):gmatch("[^\n]+") do
+  local name, value = line:match("^([^:]+):%s*(.*)$")
+  if name ~= nil then
+    wrk.headers[name] = value
+  end
 end
 
 function done(summary, latency, requests)
