@@ -30,7 +30,7 @@ class Baseline:
 
     @property
     def has_spend_control(self) -> bool:
-        """Whether this revision has budgets and rate limits (issue 14) to configure."""
+        """Whether this revision has budgets and rate limits to configure."""
         return (self.source / "gateway" / "pipeline" / "limits.py").exists()
 
 

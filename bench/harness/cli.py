@@ -34,24 +34,16 @@ from .cpu import wait_for_quiet_machine
 from .litellm import ensure_litellm
 from .load import run_wrk
 from .measure import measure, wait_quiet
-from .metrics import (
-    before_after_check,
-    cpu_table,
-    medians,
-    mortar_per_request,
-    per_core,
-    scaling,
-    spend_control_check,
-    target_names,
-    targets_check,
-)
+from .metrics import cpu_table, medians, mortar_per_request, target_names
 from .mortar import TWO_WORKERS, UNMETERED, mortar_sources
 from .processes import Processes
 from .profiling import profile_mortar
 from .report import machine_info, render
+from .scaling import per_core, scaling
 from .scenarios import SCENARIOS, Scenario
 from .stores import admin_database_url, clean_redis, drop_database, recorded_counts, redis_url
 from .targets import Bench, start_everything
+from .verdicts import before_after_check, spend_control_check, targets_check
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

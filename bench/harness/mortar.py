@@ -34,7 +34,7 @@ class MortarSource:
     database: str
     redis_prefix: str
     # A budget and rate limits on the organization and on the key, all too large to refuse
-    # anything: every request takes the checks' whole path (issue 14).
+    # anything: every request takes the checks' whole path.
     spend_control: bool = True
     workers: int = 1  # uvicorn's --workers
     cores: str = SERVER_CORE  # taskset's CPU list
@@ -44,12 +44,12 @@ class MortarSource:
 
 # The working tree again, without budgets or rate limits: beside "mortar", what the checks
 # cost. Both price the model — a priced run's cost is computed and stored whether or not a
-# budget is set (that predates issue 14), so it is not the checks' cost.
+# budget is set (that predates them), so it is not the checks' cost.
 UNMETERED = "mortar@unmetered"
 
 # The working tree again, as "mortar" but with two uvicorn workers on both cores — shared with
 # the mock and the load generators, which the machine has no other cores for: beside "mortar",
-# what a second worker adds (issue 17). Measured on the throughput scenarios only.
+# what a second worker adds. Measured on the throughput scenarios only.
 TWO_WORKERS = "mortar@2-workers"
 SCALING_SCENARIOS = ("json-32", "stream-32")
 
@@ -67,7 +67,7 @@ def mortar_sources(
                 baseline.source,
                 f"{BENCH_DB}_at_{baseline.short}",
                 _redis_prefix(),
-                # A revision from before issue 14 would refuse the configuration's keys.
+                # A revision from before budgets would refuse the configuration's keys.
                 spend_control=baseline.has_spend_control,
             )
         )

@@ -221,7 +221,7 @@ def render(report: dict[str, Any]) -> str:
                 lines.append(f"- {scenario}: {json.dumps(values)}")
     lines += [
         "",
-        "## Targets (issue 8)",
+        "## Targets",
         "",
         "| Target | Verdict | Measured |",
         "| --- | --- | --- |",
@@ -231,7 +231,7 @@ def render(report: dict[str, Any]) -> str:
     if before:
         lines += [
             "",
-            "## After vs before (issue 12: throughput and latency within 5%, or better)",
+            "## After vs before (throughput and latency within 5%, or better)",
             "",
             f"| Measure | Verdict | Mortar / {label(before)} |",
             "| --- | --- | --- |",
@@ -241,7 +241,7 @@ def render(report: dict[str, Any]) -> str:
     if report.get("spend_control"):
         lines += [
             "",
-            "## Spend control (issue 14: budget and rate-limit checks ≤ 0.15 ms CPU per request)",
+            "## Spend control (budget and rate-limit checks ≤ 0.15 ms CPU per request)",
             "",
             "Mortar's organization and key each have a budget and request and token rate "
             "limits, too large to refuse anything: every request is checked, held, charged and "
@@ -285,9 +285,9 @@ def render(report: dict[str, Any]) -> str:
 
 
 def _scaling_section(rows: list[dict[str, Any]], per_core: dict[str, float]) -> list[str]:
-    """Issue 17's "Beyond one core": what one core of Mortar's serves, and Mortar's one worker
+    """What one core of Mortar's own CPU serves, and Mortar's one worker
     against two, per throughput scenario."""
-    lines = ["", "## Beyond one core (issue 17)"]
+    lines = ["", "## Beyond one core"]
     served = []
     if "json_rps" in per_core:
         served.append(f"{per_core['json_rps']:,.0f} non-streaming requests/s")
