@@ -1,8 +1,18 @@
-"""The benchmark harness's own arithmetic: the one percentile bench/ reports."""
+"""The benchmark harness's own pieces: the one percentile bench/ reports, and the Messages
+scenarios (their requests, which targets they are measured on, their verdict and report)."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
+from bench.harness.cli import summarize
+from bench.harness.markdown import NONE
+from bench.harness.report import render
+from bench.harness.scenarios import SCENARIOS, request_body, request_headers
 from bench.harness.stats import percentile, summary_ms
+from bench.harness.targets import Target
+from bench.harness.verdicts import messages_check
 
 
 def test_a_percentile_is_the_nearest_rank_never_an_interpolation() -> None:
@@ -56,3 +66,125 @@ def test_a_summary_is_in_milliseconds_with_its_count() -> None:
         "p999_ms": None,
         "max_ms": None,
     }
+
+
+SCENARIO = {scenario.name: scenario for scenario in SCENARIOS}
+
+
+def test_a_messages_request_has_anthropics_shape_and_the_mocks_directive() -> None:
+    body = json.loads(request_body("bench-model", stream=True, surface="messages"))
+
+    assert body == {
+        "model": "bench-model",
+        "max_tokens": 200,
+        "system": "You are a concise assistant for an inference platform.",
+        "messages": [{"role": "user", "content": "What does max_tokens limit? [mock chunks=20]"}],
+        "stream": True,
+    }
+    assert request_headers("mk-1", "messages") == {
+        "x-api-key": "mk-1",
+        "anthropic-version": "2023-06-01",
+    }
+    assert request_headers("mk-1") == {"Authorization": "Bearer mk-1"}
+    assert request_headers("") == {}
+
+
+def test_only_targets_serving_messages_are_measured_on_it_at_their_route() -> None:
+    direct = Target("direct", "http://127.0.0.1:1/v1/chat/completions", "", "m", None)
+    mortar = Target(
+        "mortar",
+        "http://127.0.0.1:2/v1/chat/completions",
+        "mk",
+        "m",
+        None,
+        "http://127.0.0.1:2",
+        surfaces={"chat", "messages"},
+    )
+
+    assert not direct.measured_on(SCENARIO["messages-json-32"])
+    assert direct.measured_on(SCENARIO["json-32"])
+    assert mortar.measured_on(SCENARIO["messages-stream-32"])
+    assert mortar.url_for(SCENARIO["messages-stream-32"]) == "http://127.0.0.1:2/v1/messages"
+    assert mortar.url_for(SCENARIO["stream-32"]) == "http://127.0.0.1:2/v1/chat/completions"
+
+
+def _run(target: str, scenario: str, round_: int, rps: float) -> dict[str, Any]:
+    result = {
+        "rps": rps,
+        "requests": int(rps * 10),
+        "latency_p50_ms": 40.0,
+        "failed": 0,
+        "wall_s": 10.0,
+        "cpu_s": {target: 9.0, "mock": 3.0, "postgres": 1.0, "redis": 0.5},
+        "loadgen_cpu_s": 1.5,
+        "cores_busy": {"cpu0": 1.0, "cpu1": 0.9},
+        "unexplained_cpu_s": 0.4,
+    }
+    return {"round": round_, "scenario": scenario, "target": target, "result": result}
+
+
+def _messages_runs() -> list[dict[str, Any]]:
+    rates = {
+        ("mortar", "json-32"): (1000.0, 1100.0, 900.0),
+        ("mortar", "messages-json-32"): (950.0, 1000.0, 800.0),
+        ("mortar", "stream-32"): (800.0, 800.0, 800.0),
+        ("mortar", "messages-stream-32"): (700.0, 720.0, 640.0),
+        ("direct", "json-32"): (9000.0, 9000.0, 9000.0),
+    }
+    return [
+        _run(target, scenario, round_, rps)
+        for (target, scenario), by_round in rates.items()
+        for round_, rps in enumerate(by_round)
+    ]
+
+
+def test_messages_are_judged_against_their_chat_completions_twin() -> None:
+    json_row, stream_row = messages_check(_messages_runs())
+
+    assert json_row == {
+        "target": "mortar",
+        "scenario": "messages-json-32",
+        "chat": 1000.0,
+        "messages": 950.0,
+        "ratio": 0.95,
+        "round_ratios": [0.95, 0.91, 0.89],
+        "verdict": "met",
+    }
+    assert stream_row["ratio"] == 700.0 / 800.0
+    assert stream_row["verdict"] == "NOT met"
+
+
+def test_the_report_puts_messages_beside_chat_completions() -> None:
+    report = {
+        "finished_at": "2026-12-06T20:00:00+00:00",
+        "quick": True,
+        "rounds": 3,
+        "duration_s": 4.0,
+        "argv": ["--quick"],
+        "machine": dict.fromkeys(
+            ("nproc", "cpu_model", "memory_gib", "kernel", "python", "git", "django", "uvicorn"),
+            "x",
+        )
+        | {"wrk": "wrk"},
+        "baseline": None,
+        "background_cores_before": 0.0,
+        "runs": _messages_runs(),
+    }
+    text = render(summarize(report))
+
+    assert "## Messages beside chat completions (within 10% of their throughput, or better)" in text
+    assert (
+        "| Mortar | Non-streaming, 32 conns, req/s | 1,000 | 950 | 0.95\u00d7 (0.95, 0.91, 0.89) "
+        "| met |" in text
+    )
+    assert (
+        "| Mortar | 20-chunk streams, 32 conns, streams/s | 800 | 700 "
+        "| 0.88\u00d7 (0.88, 0.90, 0.80) | NOT met |" in text
+    )
+    # direct serves no Messages: its column and the comparison with it are empty.
+    assert f"| Messages, non-streaming, 32 conns | req/s | {NONE} | 950 | {NONE} |" in text
+    assert "1,000 slow streams" not in text.split("## Targets")[0]
+
+
+def test_without_messages_measured_there_is_nothing_to_judge() -> None:
+    assert messages_check([_run("mortar", "json-32", 0, 1000.0)]) == []

@@ -43,7 +43,12 @@ from .scaling import per_core, scaling
 from .scenarios import SCENARIOS, Scenario
 from .stores import admin_database_url, clean_redis, drop_database, recorded_counts, redis_url
 from .targets import Bench, start_everything
-from .verdicts import before_after_check, spend_control_check, targets_check
+from .verdicts import (
+    before_after_check,
+    messages_check,
+    spend_control_check,
+    targets_check,
+)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -144,7 +149,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"All {len(bench.targets)} targets answer correctly; warming up …", flush=True)
             for target in bench.targets.values():
                 for scenario in scenarios:
-                    if scenario.kind == "wrk" and target.measured_on(scenario.name):
+                    if scenario.kind == "wrk" and target.measured_on(scenario):
                         run_wrk(target, scenario, bench.tmp, 2)
             if not args.profile_only:
                 runs = measure_rounds(bench, scenarios, args.rounds, args.duration)
@@ -194,7 +199,7 @@ def measure_rounds(
     for index, order in rounds_of(list(bench.targets), rounds):
         for scenario in scenarios:
             for name in order:
-                if not bench.targets[name].measured_on(scenario.name):
+                if not bench.targets[name].measured_on(scenario):
                     continue
                 result = measure(bench, bench.targets[name], scenario, duration)
                 runs.append(
@@ -227,6 +232,7 @@ def summarize(report: dict[str, Any]) -> dict[str, Any]:
     report["cpu_per_request"] = cpu_table(runs)
     report["mortar_per_request"] = mortar_per_request(runs)
     report["targets"] = targets_check(report["medians"], runs)
+    report["messages"] = messages_check(runs)
     baseline = report.get("baseline")
     if baseline:
         report["baseline_per_request"] = mortar_per_request(runs, baseline["target"])

@@ -24,6 +24,7 @@ def body_file(tmp: Path, target: Target, scenario: Scenario) -> Path:
                 stream=scenario.stream,
                 delay_ms=scenario.delay_ms,
                 chunks=scenario.chunks,
+                surface=scenario.surface,
             )
         )
     return path
@@ -44,9 +45,9 @@ def load_command(target: Target, scenario: Scenario, tmp: Path, seconds: float) 
             "10s",
             "-s",
             str(HARNESS / "post.lua"),
-            target.url,
+            target.url_for(scenario),
         ]
-    headers = request_headers(target.auth)
+    headers = request_headers(target.auth, scenario.surface)
     return [
         "taskset",
         "-c",
@@ -56,7 +57,7 @@ def load_command(target: Target, scenario: Scenario, tmp: Path, seconds: float) 
         "bench.harness.loadgen",
         scenario.kind,
         "--url",
-        target.url,
+        target.url_for(scenario),
         "--body-file",
         str(body_file(tmp, target, scenario)),
         *(f"--header={name}: {value}" for name, value in headers.items()),
@@ -74,7 +75,7 @@ def load_command(target: Target, scenario: Scenario, tmp: Path, seconds: float) 
 def load_env(target: Target, scenario: Scenario, tmp: Path) -> dict[str, str]:
     """The environment of the load: what bench/harness/post.lua reads (the body to POST and the
     headers to send)."""
-    headers = request_headers(target.auth)
+    headers = request_headers(target.auth, scenario.surface)
     return {
         **os.environ,
         "BENCH_BODY_FILE": str(body_file(tmp, target, scenario)),

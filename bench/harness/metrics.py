@@ -14,6 +14,8 @@ TIMES = "\u00d7"  # the multiplication sign of ratios
 SCENARIO_LABELS = {
     "json-32": "Non-streaming, 32 conns",
     "stream-32": "20-chunk streams, 32 conns",
+    "messages-json-32": "Messages, non-streaming, 32 conns",
+    "messages-stream-32": "Messages, 20-chunk streams, 32 conns",
     "slow-1000": "1,000 slow streams",
     "json-1": "One connection, non-streaming",
     "stream-1": "One connection, stream",
@@ -58,6 +60,14 @@ METRICS = [
     Metric("stream_rps", "20-chunk streams, 32 conns", "streams/s", "stream-32", RPS, True,
            "ratio"),
     Metric("stream_p50", "  stream latency p50", "ms", "stream-32", LATENCY_P50, False, "ratio"),
+    Metric("messages_json_rps", "Messages, non-streaming, 32 conns", "req/s", "messages-json-32",
+           RPS, True, "ratio"),
+    Metric("messages_json_p50", "  latency p50", "ms", "messages-json-32", LATENCY_P50, False,
+           "ratio"),
+    Metric("messages_stream_rps", "Messages, 20-chunk streams, 32 conns", "streams/s",
+           "messages-stream-32", RPS, True, "ratio"),
+    Metric("messages_stream_p50", "  stream latency p50", "ms", "messages-stream-32",
+           LATENCY_P50, False, "ratio"),
     Metric("slow_gap_p50", "1,000 slow streams: token gap p50", "ms", "slow-1000",
            read_path(GAP, "p50_ms"), False, "added"),
     Metric("slow_gap_p99", "  token gap p99", "ms", "slow-1000", read_path(GAP, "p99_ms"), False,
@@ -106,11 +116,25 @@ def medians(runs: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
     return table
 
 
+# The scenarios whose CPU per request the report shows (the slow streams have none: they are
+# counted in the window only, their CPU is the ramp's and the drain's too).
+PER_REQUEST_SCENARIOS = (
+    "json-32",
+    "messages-json-32",
+    "stream-32",
+    "messages-stream-32",
+    "json-1",
+    "stream-1",
+)
+
+
 def cpu_table(runs: list[dict[str, Any]]) -> list[tuple[str, dict[str, float | None]]]:
-    """Per scenario: each gateway's CPU per request on the servers' core (median over rounds)."""
+    """Per scenario measured: each gateway's CPU per request on the servers' core (median over
+    rounds)."""
     gateways = [name for name in target_names(runs) if target_kind(name) != "direct"]
+    measured = {run["scenario"] for run in runs}
     rows = []
-    for scenario in ("json-32", "stream-32", "json-1", "stream-1"):
+    for scenario in (s for s in PER_REQUEST_SCENARIOS if s in measured):
         values = {}
         for target in gateways:
             found = [
@@ -128,7 +152,7 @@ def cpu_table(runs: list[dict[str, Any]]) -> list[tuple[str, dict[str, float | N
 def mortar_per_request(runs: list[dict[str, Any]], target: str = "mortar") -> dict[str, Any]:
     """What one request costs a Mortar beyond its own CPU: Postgres, Redis (median over rounds)."""
     out: dict[str, Any] = {}
-    for scenario in ("json-32", "stream-32"):
+    for scenario in ("json-32", "messages-json-32", "stream-32", "messages-stream-32"):
         found = [
             run["result"]["per_request"]
             for run in runs

@@ -1,5 +1,4 @@
-"""py-spy profiles of the working tree's Mortar under the throughput, one-connection and slow-stream
-loads."""
+"""py-spy profiles of the working tree's Mortar under each scenario's load."""
 
 from __future__ import annotations
 
@@ -21,7 +20,7 @@ from .targets import Bench
 
 
 def profile_mortar(bench: Bench, scenarios: list[Scenario], duration: float) -> None:
-    """Record py-spy profiles of Mortar: throughput, one connection and the slow streams."""
+    """Record py-spy profiles of Mortar under each scenario it is measured on."""
     py_spy = shutil.which("py-spy") or str(Path(PYTHON).parent / "py-spy")
     if not Path(py_spy).exists():
         print("py-spy is not installed (.venv/bin/pip install py-spy): no profiles", flush=True)
@@ -29,7 +28,7 @@ def profile_mortar(bench: Bench, scenarios: list[Scenario], duration: float) -> 
     target = bench.targets["mortar"]
     assert target.server is not None
     for scenario in scenarios:
-        if scenario.name not in ("json-32", "stream-32", "slow-1000", "json-1", "stream-1"):
+        if not target.measured_on(scenario):
             continue
         name = scenario.name
         for fmt, suffix in (("raw", "txt"), ("flamegraph", "svg")):

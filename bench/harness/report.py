@@ -11,17 +11,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from .constants import LITELLM_VENV, PYTHON, ROOT, SLOW_DELAY_MS
-from .metrics import METRICS, SCENARIO_LABELS, TIMES, target_names
+from .constants import LITELLM_VENV, PYTHON, ROOT
+from .markdown import compare, fmt, join_and, label, table_row
+from .metrics import METRICS, TIMES, target_names
 from .mortar import TWO_WORKERS, UNMETERED
-
-NONE = "\u2013"  # an en dash: not measured
-
-
-def label(name: str) -> str:
-    """A target's column title: direct, Mortar, Mortar@<commit>, LiteLLM."""
-    kind, at, commit = name.partition("@")
-    return {"mortar": "Mortar", "litellm": "LiteLLM"}.get(kind, kind) + at + commit
+from .sections import messages_section, scaling_section
 
 
 def machine_info(*, litellm: bool) -> dict[str, Any]:
@@ -72,35 +66,6 @@ def machine_info(*, litellm: bool) -> dict[str, Any]:
         ),
         "wrk": (wrk_version.stdout + wrk_version.stderr).split("\n")[0].strip(),
     }
-
-
-def _fmt(value: float | None) -> str:
-    if value is None:
-        return NONE
-    if abs(value) >= 100:
-        return f"{value:,.0f}"
-    if abs(value) >= 10:
-        return f"{value:.1f}"
-    return f"{value:.2f}"
-
-
-def _compare(how: str, mortar: float | None, other: float | None) -> str:
-    """`how` is "ratio" (mortar / other) or "added" (mortar - other)."""
-    if mortar is None or other is None:
-        return NONE
-    if how == "added":
-        return f"{mortar - other:+.2f}" if abs(mortar - other) < 100 else f"{mortar - other:+,.0f}"
-    if other == 0:
-        return NONE
-    return f"{mortar / other:.2f}{TIMES}" if mortar / other < 10 else f"{mortar / other:.1f}{TIMES}"
-
-
-def _and(words: list[str]) -> str:
-    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
-
-
-def _row(cells: list[str]) -> str:
-    return "| " + " | ".join(cells) + " |"
 
 
 def _spills(runs: list[dict[str, Any]]) -> list[str]:
@@ -166,7 +131,7 @@ def render(report: dict[str, Any]) -> str:
             "",
         ]
     lines += [
-        f"{_and(gateways)}: one worker{' each' if len(gateways) > 1 else ''}, pinned to core 0 "
+        f"{join_and(gateways)}: one worker{' each' if len(gateways) > 1 else ''}, pinned to core 0 "
         "(`taskset -c 0`). The mock model "
         "server, wrk and the asyncio load client: core 1. Postgres and Redis are not pinned. "
         "Mortar runs with everything on: auth, validation, token counting, optimizer in shadow "
@@ -188,27 +153,28 @@ def render(report: dict[str, Any]) -> str:
     comparisons += ["Mortar vs LiteLLM"] if litellm else []
     comparisons += ["after vs before"] if before else []
     header = ["Measure", "unit", *(label(name) for name in names), *comparisons]
-    lines += [_row(header), _row(["---", "---"] + ["---:"] * (len(header) - 2))]
-    for metric in METRICS:
+    lines += [table_row(header), table_row(["---", "---"] + ["---:"] * (len(header) - 2))]
+    measured = {run["scenario"] for run in report["runs"]}
+    for metric in (m for m in METRICS if m.scenario in measured):
         row = table[metric.key]
         mortar = row.get("mortar")
-        cells = [metric.title, metric.unit, *(_fmt(row.get(name)) for name in names)]
-        cells.append(_compare(metric.compare, mortar, row.get("direct")))
+        cells = [metric.title, metric.unit, *(fmt(row.get(name)) for name in names)]
+        cells.append(compare(metric.compare, mortar, row.get("direct")))
         if litellm:
-            cells.append(_compare(metric.compare, mortar, row.get("litellm")))
+            cells.append(compare(metric.compare, mortar, row.get("litellm")))
         if before:
-            cells.append(_compare(metric.after_vs_before, mortar, row.get(before)))
-        lines.append(_row(cells))
+            cells.append(compare(metric.after_vs_before, mortar, row.get(before)))
+        lines.append(table_row(cells))
     lines += [
         "",
         "CPU per request on core 0 (the gateway process, all its threads; median over rounds):",
         "",
-        _row(["Scenario", *(f"{name} ms" for name in gateways)]),
-        _row(["---"] + ["---:"] * len(gateways)),
+        table_row(["Scenario", *(f"{name} ms" for name in gateways)]),
+        table_row(["---"] + ["---:"] * len(gateways)),
     ]
     for scenario, values in report["cpu_per_request"]:
-        cells = [_fmt(values.get(name)) for name in names if name != "direct"]
-        lines.append(_row([scenario, *cells]))
+        cells = [fmt(values.get(name)) for name in names if name != "direct"]
+        lines.append(table_row([scenario, *cells]))
     per_request = [("Mortar", report.get("mortar_per_request", {}))]
     if before:
         per_request.append((label(before), report.get("baseline_per_request", {})))
@@ -254,8 +220,9 @@ def render(report: dict[str, Any]) -> str:
         ]
         for name, verdict, detail in report["spend_control"]:
             lines.append(f"| {name} | {verdict} | {detail} |")
+    lines += messages_section(report.get("messages", []))
     if report.get("scaling") or report.get("per_core"):
-        lines += _scaling_section(report.get("scaling", []), report.get("per_core", {}))
+        lines += scaling_section(report.get("scaling", []), report.get("per_core", {}))
     recorded = [("Mortar", report.get("recorded"))]
     if before:
         recorded.append((label(before), report.get("recorded_baseline")))
@@ -282,98 +249,3 @@ def render(report: dict[str, Any]) -> str:
         )
     lines += ["", reproduce + " Raw numbers: bench/results/latest.json.", ""]
     return "\n".join(lines)
-
-
-def _scaling_section(rows: list[dict[str, Any]], per_core: dict[str, float]) -> list[str]:
-    """What one core of Mortar's own CPU serves, and Mortar's one worker
-    against two, per throughput scenario."""
-    lines = ["", "## Beyond one core"]
-    served = []
-    if "json_rps" in per_core:
-        served.append(f"{per_core['json_rps']:,.0f} non-streaming requests/s")
-    if "stream_rps" in per_core:
-        served.append(f"{per_core['stream_rps']:,.0f} 20-chunk streams/s")
-    if "slow_streams" in per_core:
-        served.append(
-            f"{per_core['slow_streams']:,.0f} slow streams at once (a chunk every "
-            f"{SLOW_DELAY_MS} ms; {per_core['slow_chunk_us']:.0f} µs of CPU per chunk relayed, "
-            "the streams' opening and records included, at 1,000 streams)"
-        )
-    if served:
-        lines += [
-            "",
-            f"Per core of Mortar's own CPU (its one worker's CPU per request, median over "
-            f"rounds; Postgres and Redis not counted): {_and(served)}.",
-        ]
-    if not rows:
-        return lines
-    lines += [
-        "",
-        f"{label(TWO_WORKERS)} is the working tree's Mortar, everything on as for Mortar, served "
-        "by `uvicorn --workers 2` with its own database and Redis prefix, and not pinned to one "
-        "core: its two workers run on both cores (`taskset -c 0,1`). **The mock model server "
-        "and the load generators share those cores with it** (they stay on core 1: this machine "
-        "has no other), and so do Postgres and Redis. The ratio is what a second worker adds on "
-        "a machine its own load already keeps busy, not what a second dedicated core would "
-        "give; what one core of Mortar's own serves is 1,000 / its CPU per request (the "
-        "“per core” rows). Medians over rounds; the throughput ratio of each round in brackets.",
-        "",
-        _row(["Measure", "Mortar, 1 worker (core 0)", f"{label(TWO_WORKERS)} (cores 0-1)",
-              "2 workers / 1"]),
-        _row(["---", "---:", "---:", "---:"]),
-    ]  # fmt: skip
-    for row in rows:
-        one, two = row["one"], row["two"]
-        unit = "req/s" if row["scenario"].startswith("json") else "streams/s"
-        rounds = ", ".join(f"{ratio:.2f}" for ratio in row["round_ratios"])
-        ratio = _compare("ratio", two["rps"], one["rps"])
-        lines.append(
-            _row(
-                [
-                    f"{SCENARIO_LABELS[row['scenario']]}, {unit}",
-                    _fmt(one["rps"]),
-                    _fmt(two["rps"]),
-                    ratio + (f" ({rounds})" if len(row["round_ratios"]) > 1 else ""),
-                ]
-            )
-        )
-        per_core = [
-            1000 / side["mortar_cpu_ms"] if side["mortar_cpu_ms"] else None for side in (one, two)
-        ]
-        for title, values, how in (
-            ("  Mortar CPU per request, ms", [one["mortar_cpu_ms"], two["mortar_cpu_ms"]], "ratio"),
-            (f"  per core of Mortar's CPU, {unit}", per_core, "ratio"),
-            ("  cores used by Mortar", [one["mortar_cores"], two["mortar_cores"]], "added"),
-            (
-                "  cores used by the mock, load generators, Postgres and Redis",
-                [one["other_cores"], two["other_cores"]],
-                "added",
-            ),
-            (
-                "  cores busy, of 2 (anything)",
-                [one["machine_cores"], two["machine_cores"]],
-                "added",
-            ),
-            (
-                "  of which other processes (not this run's)",
-                [one.get("unexplained_cores"), two.get("unexplained_cores")],
-                "added",
-            ),
-        ):
-            lines.append(
-                _row([title, _fmt(values[0]), _fmt(values[1]), _compare(how, values[1], values[0])])
-            )
-    shares = [
-        f"{SCENARIO_LABELS[row['scenario']].lower()} "
-        + ", ".join(f"{share:.0%}" for share in row["two"]["busiest_worker_shares"])
-        for row in rows
-        if row["two"].get("busiest_worker_shares")
-    ]
-    if shares:
-        lines += [
-            "",
-            "The busier worker's share of the two workers' CPU, per round (each connection is "
-            "served by the worker that accepted it, and wrk keeps its connections for the whole "
-            f"measurement; 50% is an even split): {'; '.join(shares)}.",
-        ]
-    return lines

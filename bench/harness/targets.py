@@ -3,13 +3,14 @@ and starting all of them for one run."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .constants import CHUNKS, LITELLM_MASTER_KEY, LOAD_CORE, MODEL, PYTHON
 from .litellm import litellm_start
 from .mortar import Launcher, MortarSetup, MortarSource, mortar_prepare, mortar_start, pinned
 from .processes import Processes, Started, base_env, free_port, wait_http
+from .scenarios import CHAT, MESSAGES, PATHS, Scenario
 from .stores import redis_url
 
 # The order of the table's columns; a baseline's "mortar@<commit>" follows "mortar".
@@ -35,15 +36,22 @@ class Target:
     server: Started | None  # the gateway's process (None for direct)
     base: str = ""  # the server's root URL
     mortar: MortarSetup | None = None  # a Mortar's database, Redis prefix and environment
+    # The API surfaces it serves: chat completions, and Messages for Mortar.
+    surfaces: set[str] = field(default_factory=lambda: {CHAT})
 
     @property
     def kind(self) -> str:
         return target_kind(self.name)
 
-    def measured_on(self, scenario: str) -> bool:
-        """Whether this target is measured on `scenario` (some Mortars on a few only)."""
+    def url_for(self, scenario: Scenario) -> str:
+        """Where `scenario`'s requests go: the URL of its surface's route."""
+        return self.url if scenario.surface == CHAT else self.base + PATHS[scenario.surface]
+
+    def measured_on(self, scenario: Scenario) -> bool:
+        """Whether this target is measured on `scenario`: it serves its surface, and it is not a
+        Mortar measured on a few scenarios only."""
         only = self.mortar.of.scenarios if self.mortar is not None else ()
-        return not only or scenario in only
+        return scenario.surface in self.surfaces and (not only or scenario.name in only)
 
 
 @dataclass
@@ -105,14 +113,21 @@ def start_everything(
         base = f"http://127.0.0.1:{port}"
         server = mortar_start(processes, setup, port, launcher)
         targets[setup.name] = Target(
-            setup.name, f"{base}/v1/chat/completions", setup.secret, MODEL, server, base, setup
+            setup.name,
+            base + PATHS[CHAT],
+            setup.secret,
+            MODEL,
+            server,
+            base,
+            setup,
+            surfaces={CHAT, MESSAGES},
         )
     if litellm:
         port = free_port()
         base = f"http://127.0.0.1:{port}"
         server = litellm_start(processes, tmp, mock_url, port)
         targets["litellm"] = Target(
-            "litellm", f"{base}/v1/chat/completions", LITELLM_MASTER_KEY, MODEL, server, base
+            "litellm", base + PATHS[CHAT], LITELLM_MASTER_KEY, MODEL, server, base
         )
 
     wait_http(f"http://127.0.0.1:{mock_port}/healthz", mock, 30)

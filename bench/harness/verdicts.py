@@ -3,14 +3,18 @@ control adds to a request."""
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
-from .metrics import METRICS, SCENARIO_LABELS, TIMES
+from .metrics import METRICS, SCENARIO_LABELS, TIMES, target_names
+from .scenarios import MESSAGES_TWINS
 
 # After vs before: each throughput and latency measure within 5% of before, or better.
 BEFORE_AFTER_TOLERANCE = 0.05
 # What the budget and rate-limit checks may add to a request: Mortar's CPU.
 SPEND_CONTROL_BUDGET_MS = 0.15
+# Messages: each scenario's throughput within 10% of its chat completions twin's, or better.
+MESSAGES_TOLERANCE = 0.10
 
 
 def targets_check(
@@ -125,3 +129,44 @@ def spend_control_check(
             )
         )
     return checks
+
+
+def messages_check(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per target measured on Messages: each Messages scenario's throughput beside its chat
+    completions twin's (medians over rounds, and their ratio in each round), and whether it is
+    within 10% of it, or better."""
+    rows = []
+    for target in target_names(runs):
+        for messages, chat in MESSAGES_TWINS.items():
+            rps: dict[str, dict[int, float]] = {
+                scenario: {
+                    run["round"]: run["result"]["rps"]
+                    for run in runs
+                    if run["target"] == target
+                    and run["scenario"] == scenario
+                    and "rps" in run["result"]
+                }
+                for scenario in (chat, messages)
+            }
+            if not rps[chat] or not rps[messages]:
+                continue
+            chat_rps = statistics.median(rps[chat].values())
+            messages_rps = statistics.median(rps[messages].values())
+            ratio = messages_rps / chat_rps if chat_rps else None
+            rounds = sorted(set(rps[chat]) & set(rps[messages]))
+            rows.append(
+                {
+                    "target": target,
+                    "scenario": messages,
+                    "chat": chat_rps,
+                    "messages": messages_rps,
+                    "ratio": ratio,
+                    "round_ratios": [
+                        round(rps[messages][r] / rps[chat][r], 2) for r in rounds if rps[chat][r]
+                    ],
+                    "verdict": "met"
+                    if ratio is not None and ratio >= 1 - MESSAGES_TOLERANCE
+                    else "NOT met",
+                }
+            )
+    return rows

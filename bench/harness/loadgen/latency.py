@@ -8,8 +8,7 @@ import asyncio
 import time
 from typing import Any
 
-from bench.harness.stats import summary_ms
-
+from ..stats import summary_ms
 from .connection import Endpoint, connect
 
 

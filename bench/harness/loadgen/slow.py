@@ -8,8 +8,7 @@ import asyncio
 import time
 from typing import Any
 
-from bench.harness.stats import summary_ms
-
+from ..stats import summary_ms
 from .connection import CONNECT_ATTEMPTS, TOKEN_MARKERS, Endpoint
 
 # A stream stalls when the next token takes longer than this (20 drip intervals of 50 ms).
