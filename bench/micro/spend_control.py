@@ -1,5 +1,5 @@
 """Measure the CPU this process spends on spend control per request: the budget hold and the rate
-limits, as the pipeline runs them, against the real Postgres and Redis (issue 14: ≤ 0.15 ms).
+limits, as the pipeline runs them, against the real Postgres and Redis (budget: ≤ 0.15 ms).
 
 Each simulated request takes the path of a request whose organization and key both have a budget
 and requests and tokens per minute (too large to refuse anything) on a priced model:
@@ -16,8 +16,11 @@ nothing but its awaits, per concurrency; the median of the rounds. `make bench` 
 same thing end to end (Mortar beside its unmetered twin); this isolates it, and takes seconds:
 one change at a time.
 
-    .venv/bin/python bench/spend_control_bench.py [--requests 3000] [--rounds 5]
+    .venv/bin/python -m bench.micro.spend_control [--requests 3000] [--rounds 5]
         [--concurrency 1 32]
+
+Its own database (`mortar_bench_spend`, created and dropped again) and Redis prefix. Writes
+bench/results/spend-control.md.
 """
 
 from __future__ import annotations
@@ -28,12 +31,8 @@ import os
 import secrets
 import statistics
 import subprocess
-import sys
 from decimal import Decimal
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 DATABASE = "mortar_bench_spend"
 os.environ["DATABASE_URL"] = f"postgres://postgres@127.0.0.1:5432/{DATABASE}"
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -42,13 +41,6 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 import django  # noqa: E402
 
-
-def psql(command: str, *, check: bool = True) -> None:
-    subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-qc", command], check=check)
-
-
-psql(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
-psql(f"CREATE DATABASE {DATABASE}")
 django.setup()
 
 import uvloop  # noqa: E402
@@ -56,6 +48,7 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
 from accounts.models import ApiKey, Organization  # noqa: E402
+from bench.harness.results import recorded  # noqa: E402
 from core.backplane import backplane  # noqa: E402
 from gateway.budgets import hold_for  # noqa: E402
 from gateway.pipeline.limits import count_usage, rate_limits_check  # noqa: E402
@@ -150,13 +143,21 @@ async def main(args: argparse.Namespace) -> None:
     await plane.close()
 
 
+def psql(command: str, *, check: bool = True) -> None:
+    subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-qc", command], check=check)
+
+
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
+    args = parser.parse_args()
+    psql(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
+    psql(f"CREATE DATABASE {DATABASE}")
     try:
-        uvloop.run(main(parser.parse_args()))
+        with recorded("spend-control", "Spend control per request, in one process"):
+            uvloop.run(main(args))
     finally:
         connection.close()
         psql(f"DROP DATABASE {DATABASE} WITH (FORCE)", check=False)

@@ -1,4 +1,4 @@
-"""Measure the run writer's crash log: CPU per chunk appended, budget ≤ 2 µs (issue 15).
+"""Measure the run writer's crash log: CPU per chunk appended, budget ≤ 2 µs.
 
 Every chunk a client is sent is appended to the log (`telemetry.chunklog`) on the event loop:
 framed and copied into the memory-mapped segment (no system call; segments are made, with their
@@ -14,9 +14,12 @@ temporary directory, a few seconds in all:
 
 "CPU µs/chunk" is the process's CPU time (user + system: page faults and segment making are in it)
 per chunk, less the loop's own, the best of three, on uvloop as the server runs. The run fails (exit
-1) when the busy case is over budget or a segment is left behind.
+1) when the busy case is over budget or a segment is left behind. `make bench` runs it after the
+harness.
 
-    .venv/bin/python bench/chunklog_bench.py [--chunks 400000] [--per-pass 20]
+    .venv/bin/python -m bench.micro.chunklog [--chunks 300000] [--per-pass 20]
+
+Writes bench/results/chunklog.md.
 """
 
 from __future__ import annotations
@@ -29,12 +32,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import uvloop
 
-import uvloop  # noqa: E402
-
-from telemetry.chunklog import ChunkLog  # noqa: E402
+from bench.harness.results import recorded
+from telemetry.chunklog import ChunkLog
 
 BUDGET_US = 2.0
 STREAMS = 200
@@ -89,14 +90,15 @@ def main() -> None:
         left = sorted(p.name for p in directory.glob("*.seg"))
     finally:
         shutil.rmtree(directory, ignore_errors=True)
-    print(
-        f"chunk log ({len(CHUNK)} B chunks, {STREAMS} streams; budget {BUDGET_US} µs/chunk):\n"
-        f"  {loaded:.2f} CPU µs/chunk at {args.per_pass} chunks a loop pass (a busy gateway)\n"
-        f"  {alone:.2f} CPU µs/chunk at 1 chunk a loop pass (an idle one)\n"
-        f"  segments left after every row was acknowledged: {len(left)}"
-    )
-    if loaded > BUDGET_US or left:
-        sys.exit(1)
+    with recorded("chunklog", "The crash log: CPU per chunk appended"):
+        print(
+            f"chunk log ({len(CHUNK)} B chunks, {STREAMS} streams; budget {BUDGET_US} µs/chunk):\n"
+            f"  {loaded:.2f} CPU µs/chunk at {args.per_pass} chunks a loop pass (a busy gateway)\n"
+            f"  {alone:.2f} CPU µs/chunk at 1 chunk a loop pass (an idle one)\n"
+            f"  segments left after every row was acknowledged: {len(left)}"
+        )
+        if loaded > BUDGET_US or left:
+            sys.exit(1)
 
 
 if __name__ == "__main__":

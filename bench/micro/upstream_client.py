@@ -8,9 +8,6 @@ collector tuned as a server's) on uvloop:
 - `mortar`: `gateway.upstream.client` as it is (`open_stream`, `chunks()`, `aclose()`): httpx's
   client, the chat request built from the client's merged headers, Mortar's transport over
   aiohttp (`gateway/upstream/transport.py`), the reply read and closed on aiohttp's response;
-- `httpx-aiohttp`: how Mortar did it before 2026-12-04 (and what httpx-aiohttp's README shows):
-  `build_request` and `send` on a client over `httpx_aiohttp.AiohttpTransport`, the reply read
-  from aiohttp's reader under it (its private attributes), closed through httpx;
 - `httpx`: httpx's own transport (httpcore's pool), the reply read with `aiter_raw()`;
 - `aiohttp`: aiohttp's session alone, nothing parsed: the floor under the others.
 
@@ -20,7 +17,7 @@ of `--rounds` interleaved rounds: it moves with the host's other tenants), and w
 `--requests` and one of 100, so start-up and warm-up cancel out: it repeats to within a
 percent). The mock runs on core 1 and each candidate on core 0 where there are two.
 
-    .venv/bin/python bench/upstream_client_bench.py [--requests 3000] [--rounds 5] [--instructions]
+    .venv/bin/python -m bench.micro.upstream_client [--requests 3000] [--rounds 5] [--instructions]
 
 Writes bench/results/upstream-client.md.
 """
@@ -42,11 +39,11 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
 PYTHON = sys.executable
-CANDIDATES = ("mortar", "httpx-aiohttp", "httpx", "aiohttp")
+CANDIDATES = ("mortar", "httpx", "aiohttp")
+MODULE = "bench.micro.upstream_client"  # each candidate runs as `python -m MODULE --worker …`
 BODY = (
     b'{"model":"mock","messages":[{"role":"user","content":"Hi [mock chunks=1]"}],'
     b'"max_tokens":20,"stream":true,"stream_options":{"include_usage":true}}'
@@ -86,45 +83,6 @@ def one_request(candidate: str, base_url: str) -> tuple[Callable[[], Awaitable[N
                 await stream.aclose()
 
         return mortar, close_clients
-
-    if candidate == "httpx-aiohttp":
-        from httpx_aiohttp import AiohttpTransport
-        from httpx_aiohttp.transport import map_aiohttp_exceptions
-
-        from gateway.upstream.client import ModelServerClient, _json, completions_url
-        from gateway.upstream.sse import EventData
-
-        session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0), cookie_jar=aiohttp.DummyCookieJar()
-        )
-        client = ModelServerClient(
-            base_url=base_url,
-            headers={"Authorization": "Bearer sk-bench"},
-            timeout=httpx.Timeout(connect=5, read=30, write=5, pool=5),
-            transport=AiohttpTransport(client=session),
-        )
-        url = completions_url(base_url)
-
-        async def via_httpx_aiohttp() -> None:
-            headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-            request = client.build_request("POST", url, content=BODY, headers=headers)
-            response = await client.send(request, stream=True)
-            try:
-                response.headers.get("content-type", "")
-                body = response.stream._stream._aiohttp_response.content  # type: ignore[attr-defined]
-                events = EventData()
-                with map_aiohttp_exceptions():
-                    while piece := await body.readany():
-                        for data in events.feed(piece):
-                            if data != b"[DONE]":
-                                _json(data)
-            finally:
-                await response.aclose()
-
-        async def close_httpx_aiohttp() -> None:
-            await client.aclose()
-
-        return via_httpx_aiohttp, close_httpx_aiohttp
 
     if candidate == "httpx":
         from gateway.upstream.client import NoCookies, _json, completions_url
@@ -241,7 +199,7 @@ def mock_model_server() -> Iterator[str]:
 
 def cpu_per_request(candidate: str, base_url: str, requests: int) -> float:
     out = subprocess.run(
-        [*pinned(0), PYTHON, __file__, "--worker", candidate, base_url, str(requests)],
+        [*pinned(0), PYTHON, "-m", MODULE, "--worker", candidate, base_url, str(requests)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -260,7 +218,8 @@ def instructions(candidate: str, base_url: str, requests: int) -> int:
             "--tool=callgrind",
             "--callgrind-out-file=/dev/null",
             PYTHON,
-            __file__,
+            "-m",
+            MODULE,
             "--worker",
             candidate,
             base_url,
@@ -305,7 +264,7 @@ def main() -> None:
                 print(f"{name}: {counted[name] / 1000:.0f} k instructions a request")
 
     lines = [
-        "# One request to a model server, the client's cost (`bench/upstream_client_bench.py`)",
+        "# One request to a model server, the client's cost (`bench/micro/upstream_client.py`)",
         "",
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {args.requests} requests a "
         f"round, {args.rounds} rounds interleaved; a streamed reply of one content chunk, its "

@@ -8,11 +8,12 @@ generation, and unregisters it; CONCURRENCY requests interleave on one event loo
 `make serve` runs). Prints CPU ms per 1,000 requests (process time, all threads), less the
 same loop with no publish/register/unregister, and the wall time of a register call.
 
-    REDIS_URL=redis://127.0.0.1:6379/0 .venv/bin/python bench/telemetry_redis_bench.py \
+    REDIS_URL=redis://127.0.0.1:6379/0 .venv/bin/python -m bench.micro.telemetry_events \
         [--requests 5000] [--concurrency 1 32] [--dashboard]
 
 --dashboard keeps one member in the dashboard's channel-layer group (as a connected websocket
-would), so every batch goes to it. BENCH_NO_HIREDIS=1 hides hiredis from redis-py.
+would), so every batch goes to it. BENCH_NO_HIREDIS=1 hides hiredis from redis-py. Writes
+bench/results/telemetry-events.md.
 """
 
 from __future__ import annotations
@@ -23,10 +24,7 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
 os.environ.setdefault("MORTAR_REDIS_PREFIX", "bench-telemetry")
@@ -34,13 +32,14 @@ if os.environ.get("BENCH_NO_HIREDIS"):
     # Hide hiredis from redis-py, to see what it saves (the pipelined connection needs it).
     sys.modules["hiredis"] = None  # type: ignore[assignment]
 
-import django  # noqa: E402
+import django
 
 django.setup()
 
 import uvloop  # noqa: E402
 from channels.layers import get_channel_layer  # noqa: E402
 
+from bench.harness.results import recorded  # noqa: E402
 from gateway.coordination.stop import live_generations  # noqa: E402
 from telemetry.events import DASHBOARD_GROUP, event_publisher  # noqa: E402
 
@@ -139,9 +138,10 @@ async def main(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=5000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--dashboard", action="store_true")
-    uvloop.run(main(parser.parse_args()))
+    with recorded("telemetry-events", "Telemetry events and the live registry per request"):
+        uvloop.run(main(parser.parse_args()))
