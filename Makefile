@@ -96,7 +96,7 @@ test-embedded: install chromium
 	MORTAR_TEST_BACKENDS=embedded $(BIN)/python -m pytest -m "not postgres and not redis" $(PYTEST_ARGS)
 
 ## bench: Mortar beside LiteLLM and the mock model server (~15 min; needs wrk, Postgres, Redis),
-## then the run writer's crash log: CPU per chunk appended (a few seconds, bench/chunklog_bench.py).
+## then the run writer's crash log: CPU per chunk appended (a few seconds, bench/micro/chunklog.py).
 ## Before/after in one run: BENCH_ARGS='--baseline REF' also serves Mortar at git revision REF
 ## (a temporary worktree, same venv) interleaved with the working tree; add --no-litellm to skip
 ## LiteLLM, --quick for one short round, --no-scaling to skip Mortar with two workers (both
@@ -104,7 +104,7 @@ test-embedded: install chromium
 bench: install
 	command -v wrk >/dev/null || (apt-get update && apt-get install -y wrk)
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
-	$(BIN)/python bench/chunklog_bench.py
+	$(BIN)/python -m bench.micro.chunklog
 
 ## lint: ruff, the types (mypy with django-stubs, [tool.mypy]) and the layers between apps
 ## (import-linter, [tool.importlinter] in pyproject.toml)
