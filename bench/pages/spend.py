@@ -1,55 +1,44 @@
 """How fast the dashboard's Spend page answers with 1,000,000 runs in Postgres.
 
 Seeds its own database (`spend_page_bench`) with the runs list bench's million runs (20
-organizations, 100 keys, 5,000 end users, 5 models, 30 days, 2% errors; `runs_list_bench.py`),
+organizations, 100 keys, 5,000 end users, 5 models, 30 days, 2% errors; bench/pages/seed.py),
 once, rolls them up by hour and slices them (telemetry/services/slices.py; no beat: the last
 two hours are read from the runs, as on a server whose rollups were never refreshed in the
 current hour). Then times, as the median of a few tries, the refresh beat runs every five
 minutes, each of the page's queries and the whole page through Django, for the last 24 hours
 and 30 days, every organization and one.
 
-    .venv/bin/python bench/spend_bench.py            # seed if needed, then time
-    .venv/bin/python bench/spend_bench.py --reseed   # drop the runs and seed again
+    .venv/bin/python -m bench.pages.spend            # seed if needed, then time
+    .venv/bin/python -m bench.pages.spend --reseed   # drop the runs and seed again
+
+Writes bench/results/spend.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import sys
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-import runs_list_bench as seeding  # noqa: E402  (bench/ is on sys.path when run as a script)
+from bench.harness.results import recorded
 
-seeding.BENCH_DB = "spend_page_bench"
+from .seed import RUNS, SEED_SQL, median_ms, seed_owners, setup_django
+
+BENCH_DB = "spend_page_bench"
 TRIES = 5
 
 
-def median_ms(action: Callable[[], object]) -> float:
-    action()  # warm the cache and the connection
-    times = []
-    for _ in range(TRIES):
-        began = time.perf_counter()
-        action()
-        times.append((time.perf_counter() - began) * 1000)
-    return statistics.median(times)
-
-
-def seed(*, reseed: bool) -> int:
+def seed(*, reseed: bool, runs: int = RUNS) -> int:
     """The runs list bench's million runs (its SQL, organizations and keys)."""
     from django.db import connection
 
     from telemetry.models import Run
 
     have = 0 if reseed else Run.objects.count()
-    if have >= seeding.RUNS:
+    if have >= runs:
         return have
-    seeding.seed_owners()
+    seed_owners()
     began = time.perf_counter()
     with connection.cursor() as cursor:
         # CASCADE: the runs' image links and the rollups refer to the runs' tables.
@@ -57,19 +46,25 @@ def seed(*, reseed: bool) -> int:
             "TRUNCATE telemetry_runchunk, telemetry_run, telemetry_usagerollup,"
             " telemetry_usageslice CASCADE"
         )
-        cursor.execute(seeding.SEED_SQL, {"runs": seeding.RUNS})
+        cursor.execute(SEED_SQL, {"runs": runs})
         cursor.execute("ANALYZE telemetry_run")
-    print(f"seeded {seeding.RUNS:,} runs in {time.perf_counter() - began:.1f} s")
-    return seeding.RUNS
+    print(f"seeded {runs:,} runs in {time.perf_counter() - began:.1f} s")
+    return runs
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--reseed", action="store_true", help="drop the runs and seed again")
+    parser.add_argument("--runs", type=int, default=RUNS, help="how many runs to seed")
     args = parser.parse_args()
-    seeding.setup_django()
-    count = seed(reseed=args.reseed)
+    setup_django(BENCH_DB)
+    with recorded("spend", "The Spend page at 1,000,000 runs"):
+        time_the_page(seed(reseed=args.reseed, runs=args.runs))
 
+
+def time_the_page(count: int) -> None:
+    """Roll up and slice the runs if not done yet, then print the median time of the refresh,
+    of each of the page's queries and of the whole page."""
     from django.contrib.auth.models import User
     from django.db import connection
     from django.test import Client
@@ -102,9 +97,9 @@ def main() -> None:
         print(f"sliced in {time.perf_counter() - began:.1f} s")
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE telemetry_usageslice")  # autovacuum's job on a server
-    print(f"{count:,} runs, {UsageRollup.objects.count():,} rollup rows in {seeding.BENCH_DB}")
+    print(f"{count:,} runs, {UsageRollup.objects.count():,} rollup rows in {BENCH_DB}")
     # The refresh beat runs every five minutes (the last two hours, and their days' slices).
-    ms = median_ms(lambda: usage_rollups_refresh(since=now - timedelta(hours=2), until=now))
+    ms = median_ms(lambda: usage_rollups_refresh(since=now - timedelta(hours=2), until=now), TRIES)
     print(f"rollup refresh of the last 2 hours (beat's, every 5 min): {ms:.0f} ms")
     # The pages' in-process catch-up (the embedded default's; its first looks back 7 days)
     # before timing, then what autovacuum would do on a server (some test machines run
@@ -136,14 +131,14 @@ def main() -> None:
                 ("latency histogram", lambda f=filters: histogram(f, "latency")),
             ]
             for label, action in cases:
-                ms = median_ms(action)
+                ms = median_ms(action, TRIES)
                 worst = max(worst, ms)
                 print(f"  {label:<30} {ms:8.1f} ms")
 
     client = Client(HTTP_HOST="127.0.0.1")
     client.force_login(User.objects.get(username="bench-staff"))
     for query in ("range=24h", "range=30d", f"range=30d&organization={organization.pk}"):
-        ms = median_ms(lambda q=query: client.get(f"/dashboard/spend/?{q}"))
+        ms = median_ms(lambda q=query: client.get(f"/dashboard/spend/?{q}"), TRIES)
         print(f"whole page /dashboard/spend/?{query}: {ms:.0f} ms")
     print(f"slowest query: {worst:.1f} ms")
 
