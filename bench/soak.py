@@ -1,5 +1,5 @@
 """A soak: one Mortar serving streams without a pause for ten minutes, then an audit of what it
-stored against what its clients received (issue 15, README "Reliability").
+stored against what its clients received (README, "Reliability").
 
 Mortar runs as `make bench` runs it (uvicorn, one worker pinned to core 0, Postgres and Redis,
 every chunk recorded), without prices, budgets or limits. CONNECTIONS clients on core 1 send
@@ -8,7 +8,7 @@ server-sent events it received. At the end the writer is given time to drain, an
 counts the chunk rows stored for those runs: they must equal the events received. The worker's
 resident memory is sampled at the start, every minute, and at the end.
 
-    .venv/bin/python bench/soak.py [--minutes 10] [--connections 32]
+    .venv/bin/python -m bench.soak [--minutes 10] [--connections 32]
 
 Writes bench/results/soak.md and soak.json.
 """
@@ -19,15 +19,12 @@ import argparse
 import asyncio
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
 import psycopg
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.harness.constants import LOAD_CORE, MODEL, RESULTS
 from bench.harness.mortar import UNMETERED, mortar_sources

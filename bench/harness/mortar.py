@@ -220,7 +220,7 @@ def mortar_start(
 ) -> Started:
     """As `make serve` runs it: uvicorn, uvloop, httptools, its workers (one but for
     TWO_WORKERS), no access log; under `launcher`'s command (taskset, or valgrind for
-    bench/instructions_bench.py)."""
+    bench/instructions.py)."""
     return processes.start(
         setup.name,
         [

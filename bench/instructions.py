@@ -18,7 +18,7 @@ chunks queue and go out several to a read and a write (14 M instructions a strea
 one at a time, at 415faff). The one-at-a-time count still moves by up to 20% between runs: the run
 writer's thread batches rows by time; the event loop's thread alone repeats to a few percent.
 
-    .venv/bin/python bench/instructions_bench.py [--baseline REF | --unmetered] [--requests N]
+    .venv/bin/python -m bench.instructions [--baseline REF | --unmetered] [--requests N]
 
 (`--unmetered`: beside the working tree's Mortar, whose organization and key have budgets and
 rate limits, the same tree without them — what the checks cost; both price the model.)
@@ -34,7 +34,6 @@ import asyncio
 import contextlib
 import json
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -42,8 +41,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.harness.baseline import Baseline, baseline_checked_out
 from bench.harness.constants import LOGS, MODEL, RESULTS
