@@ -1,13 +1,16 @@
-"""The benchmark harness's own pieces: the one percentile bench/ reports, and the Messages
-scenarios (their requests, which targets they are measured on, their verdict and report)."""
+"""The benchmark harness's own pieces: the one percentile bench/ reports, the Messages
+scenarios (their requests, which targets they are measured on, their verdict and report), and
+the summary of a profile."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from bench.harness.cli import summarize
 from bench.harness.markdown import NONE
+from bench.harness.profile_summary import summarize as summarize_profile
 from bench.harness.report import render
 from bench.harness.scenarios import SCENARIOS, request_body, request_headers
 from bench.harness.stats import percentile, summary_ms
@@ -188,3 +191,20 @@ def test_the_report_puts_messages_beside_chat_completions() -> None:
 
 def test_without_messages_measured_there_is_nothing_to_judge() -> None:
     assert messages_check([_run("mortar", "json-32", 0, 1000.0)]) == []
+
+
+def test_a_profile_is_summed_up_by_where_its_working_samples_go(tmp_path: Path) -> None:
+    profile = tmp_path / "profile-messages-stream-32.txt"
+    profile.write_text(
+        "run (uvicorn/server.py:1);relay_chunks (gateway/relay/stream.py:10) 60\n"
+        "run (uvicorn/server.py:1);relay_chunks (gateway/relay/stream.py:10);"
+        "MessageStream.feed (gateway/anthropic/translate/stream.py:80) 30\n"
+        "_worker (concurrent/futures/thread.py:81) 10\n"
+    )
+
+    text = summarize_profile(profile)
+
+    assert "100 samples; 90 working (90%), the rest waiting." in text
+    assert "| relay, chunk encoding, recorder | 66.7% |" in text
+    assert "| Messages: Anthropic's shapes in and out (validation, translation) | 33.3% |" in text
+    assert "| wait: idle worker thread (queue.get) | 10.0% |" in text

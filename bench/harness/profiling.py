@@ -1,4 +1,5 @@
-"""py-spy profiles of the working tree's Mortar under each scenario's load."""
+"""py-spy profiles of the working tree's Mortar under each scenario's load, and their summary
+(bench/results/profile-<scenario>.svg, .txt, and profile-summary.md)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,16 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from .constants import LOAD_CORE, PYTHON, RESULTS, ROOT
 from .load import load_command, load_env
 from .measure import wait_quiet
+from .profile_summary import summaries
 from .scenarios import Scenario
 from .targets import Bench
 
@@ -27,9 +31,9 @@ def profile_mortar(bench: Bench, scenarios: list[Scenario], duration: float) -> 
         return
     target = bench.targets["mortar"]
     assert target.server is not None
-    for scenario in scenarios:
-        if not target.measured_on(scenario):
-            continue
+    started = datetime.now(UTC)
+    profiled = [scenario for scenario in scenarios if target.measured_on(scenario)]
+    for scenario in profiled:
         name = scenario.name
         for fmt, suffix in (("raw", "txt"), ("flamegraph", "svg")):
             wait_quiet(bench)
@@ -79,6 +83,21 @@ def profile_mortar(bench: Bench, scenarios: list[Scenario], duration: float) -> 
                 except subprocess.TimeoutExpired:
                     os.killpg(load.pid, signal.SIGKILL)
                     load.wait(timeout=10)
+    raw = [RESULTS / f"profile-{scenario.name}.txt" for scenario in profiled]
+    write_summary([path for path in raw if path.exists()], started, duration)
+
+
+def write_summary(paths: list[Path], started: datetime, duration: float) -> None:
+    """bench/results/profile-summary.md: where each profile's time goes, and how it was taken."""
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    command = " ".join(["bench/run.py", *sys.argv[1:]])
+    header = (
+        f"Recorded {started:%Y-%m-%d %H:%M} UTC at {commit} (`{command}`; py-spy at 100 Hz, "
+        f"{duration:g} s from 2 s after the load starts, 4 s for the slow streams).\n\n"
+    )
+    (RESULTS / "profile-summary.md").write_text(header + summaries(paths))
 
 
 def _distinct_threads(pid: int, *, seconds: float) -> dict[str, Any]:

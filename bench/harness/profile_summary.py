@@ -3,9 +3,10 @@
 Each working sample is charged to the first category (in priority order) that any frame of its
 stack matches, so the shares add up to 100%; a stack matching none is "other". Waiting
 (a worker thread idle on its queue, the writer thread waiting on Postgres) is split out, so
-what remains is the work on Mortar's one core.
+what remains is the work on Mortar's one core. `bench/run.py --profile` writes the summary of
+the profiles it records to bench/results/profile-summary.md; by hand:
 
-    .venv/bin/python bench/profile_summary.py bench/results/profile-json-32.txt [...]
+    .venv/bin/python -m bench.harness.profile_summary bench/results/profile-json-32.txt [...]
 """
 
 from __future__ import annotations
@@ -35,12 +36,13 @@ CATEGORIES = [
     ),
     (
         "run writer (its thread: COPY / UPDATE batches)",
-        r"telemetry/writer\.py|telemetry/spool\.py|telemetry/postgres_writes\.py",
+        r"telemetry/writer\.py|telemetry/spool\.py|telemetry/postgres_writes\.py"
+        r"|telemetry/store/",
     ),
     (
-        "spend control (budget holds and slices, rate limits; issue 14)",
+        "spend control (budget holds and slices, rate limits)",
         r"gateway/pipeline/limits\.py|gateway/pipeline/budget\.py|gateway/budgets\.py"
-        r"|gateway/budget_slices\.py|telemetry/services/budgets\.py|core/ratelimits\.py"
+        r"|gateway/budget_slices\.py|telemetry/services/budgets\.py|core/ratelimits\.py|billing/"
         r"|^(rate_admit|rate_count|_rate_args) \(core/backplane/redis\.py",
     ),
     (
@@ -58,6 +60,7 @@ CATEGORIES = [
     ),
     ("tokenizer (tiktoken)", r"tiktoken/|gateway/tokens\.py"),
     ("prompt optimizer (shadow)", r"gateway/optimizer/"),
+    ("Messages: Anthropic's shapes in and out (validation, translation)", r"gateway/anthropic/"),
     (
         "validation + body parsing",
         r"gateway/contract/|gateway/pipeline/validate\.py|pydantic|gateway/validation\.py",
@@ -180,11 +183,16 @@ def summarize(path: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def summaries(paths: list[Path]) -> str:
+    """The summary of each profile, one section each."""
+    return "\n".join(summarize(path) for path in paths)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("profiles", nargs="+", type=Path)
     args = parser.parse_args()
-    sys.stdout.write("\n".join(summarize(path) for path in args.profiles))
+    sys.stdout.write(summaries(args.profiles))
 
 
 if __name__ == "__main__":
