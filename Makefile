@@ -95,12 +95,15 @@ test: install lint chromium
 test-embedded: install chromium
 	MORTAR_TEST_BACKENDS=embedded $(BIN)/python -m pytest -m "not postgres and not redis" $(PYTEST_ARGS)
 
-## bench: Mortar beside LiteLLM and the mock model server (~15 min; needs wrk, Postgres, Redis),
-## then the run writer's crash log: CPU per chunk appended (a few seconds, bench/micro/chunklog.py).
+## bench: the harness (bench/run.py, bench/harness/): Mortar beside LiteLLM and the mock model
+## server on chat completions, Mortar on Anthropic's Messages too, and Mortar with two workers,
+## 3 interleaved rounds, about 18 minutes (needs wrk, Postgres, Redis; LiteLLM's venv is
+## installed under bench/ the first time); its report is bench/results/latest.md. Then the run
+## writer's crash log: CPU per chunk appended (bench/micro/chunklog.py, a few seconds).
 ## Before/after in one run: BENCH_ARGS='--baseline REF' also serves Mortar at git revision REF
 ## (a temporary worktree, same venv) interleaved with the working tree; add --no-litellm to skip
-## LiteLLM, --quick for one short round, --no-scaling to skip Mortar with two workers (both
-## cores, beside its one worker: ~1.5 min). The harness is bench/harness/ (bench/run.py runs it).
+## LiteLLM, --quick for one short round, --no-scaling to skip Mortar with two workers (~1.5 min).
+## `bench/run.py --help` lists the other benchmarks in bench/, each with its question.
 bench: install
 	command -v wrk >/dev/null || (apt-get update && apt-get install -y wrk)
 	$(BIN)/python bench/run.py $(BENCH_ARGS)

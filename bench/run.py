@@ -17,8 +17,13 @@
 - loads them from separate processes on core 1 (wrk for throughput, `bench/harness/loadgen/` for
   gaps between chunks and one-connection latency), targets interleaved over the rounds. The
   1,000 slow streams are one long stream per connection (a token every 50 ms for the ramp plus
-  one measurement), so all of them overlap for a whole measurement;
-- prints a table of medians with ratios to `direct` and to `litellm`, and "Beyond one core":
+  one measurement), so all of them overlap for a whole measurement. Every Mortar but the
+  two-worker one is also measured on Anthropic's Messages route (`POST /v1/messages`, which
+  neither the mock nor LiteLLM serves): messages-json-32 and messages-stream-32, the same
+  request as json-32 and stream-32 in Anthropic's shape, each measured right after its chat
+  completions twin;
+- prints a table of medians with ratios to `direct` and to `litellm`; each Mortar's Messages
+  throughput beside its chat completions' (the goal: within 10%); and "Beyond one core":
   what one core of Mortar's CPU serves, and its two workers' throughput over its one worker's
   in the same run (each worker's share of the load, and the cores the rest of the machine
   used beside them); writes it to bench/results/latest.md, and keeps every raw number in
@@ -27,6 +32,7 @@
 Every process it starts is stopped on the way out, whatever happens; every wait is bounded.
 
     .venv/bin/python bench/run.py [--quick] [--rounds N] [--duration S] [--profile]
+    .venv/bin/python bench/run.py --scenarios json-32,messages-json-32 --no-litellm
     .venv/bin/python bench/run.py --render bench/results/run-<stamp>.json   # table only
     .venv/bin/python bench/run.py --baseline 2c7f566 [--no-litellm]          # before/after
 
@@ -35,18 +41,22 @@ in the same interleaved rounds: REF is checked out into a temporary `git worktre
 afterwards) and served from the same venv (the run stops first if REF's declared dependencies
 are not satisfied there), started exactly as the working tree's Mortar — same uvicorn command,
 core, settings and environment — with its own database (`mortar_bench_gateway_at_<commit>`) and
-Redis prefix. It is the target `mortar@<commit>`; the report adds its column, an "after vs
-before" column (the working tree against REF) and a verdict per throughput and latency measure
-(within 5% of before, or better). `--no-litellm` leaves LiteLLM out, for a shorter
-before/after run.
+Redis prefix. It is the target `mortar@<commit>`, measured on the Messages scenarios too if it
+has the route; the report adds its column, an "after vs before" column (the working tree
+against REF) and a verdict per throughput and latency measure (within 5% of before, or better).
+`--no-litellm` leaves LiteLLM out, for a shorter before/after run.
 
 `--no-scaling` leaves `mortar@2-workers` out (it adds about a minute and a half to a default
 run: six measurements, a warm-up and a database to migrate).
 
-`--profile` also records py-spy profiles of Mortar under the 32-connection and slow-stream
-loads (needs `.venv/bin/pip install py-spy`); `bench/profile_summary.py` sums them up.
+`--profile` also records py-spy profiles of Mortar under each scenario's load (needs
+`.venv/bin/pip install py-spy`) and sums them up in bench/results/profile-summary.md.
 
-The harness is the package bench/harness/ (`python -m bench.harness` runs it too).
+The harness is the package bench/harness/ (`python -m bench.harness` runs it too); its
+`__init__` says what each module does. The other benchmarks in bench/ — one part of Mortar each
+(bench/micro/), the dashboard's pages at a million runs (bench/pages/), the soak and the
+instruction counts — are listed by `bench/run.py --help`, each with the question it answers.
+Percentiles everywhere in bench/ are bench/harness/stats.py's (the nearest rank).
 """
 
 from harness.cli import main

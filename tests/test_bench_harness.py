@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness.cli import summarize
+from bench.harness.constants import BENCH
+from bench.harness.index import BENCHMARKS
 from bench.harness.markdown import NONE
 from bench.harness.profile_summary import summarize as summarize_profile
 from bench.harness.report import render
@@ -208,3 +210,19 @@ def test_a_profile_is_summed_up_by_where_its_working_samples_go(tmp_path: Path) 
     assert "| relay, chunk encoding, recorder | 66.7% |" in text
     assert "| Messages: Anthropic's shapes in and out (validation, translation) | 33.3% |" in text
     assert "| wait: idle worker thread (queue.get) | 10.0% |" in text
+
+
+def test_the_index_lists_every_benchmark_beside_the_harness() -> None:
+    programs = {path.name for path in BENCH.glob("*.py")} - {"run.py"}
+    for folder in ("micro", "pages"):
+        programs |= {
+            f"{folder}/{path.name}"
+            for path in (BENCH / folder).glob("*.py")
+            if path.name not in ("__init__.py", "seed.py")
+        }
+        programs |= {
+            f"{folder}/{path.parent.name}/" for path in (BENCH / folder).glob("*/__main__.py")
+        }
+
+    assert programs == {b.path for b in BENCHMARKS} - {"harness/profile_summary.py"}
+    assert all((BENCH / b.path).exists() for b in BENCHMARKS)

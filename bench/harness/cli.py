@@ -31,6 +31,7 @@ from .constants import (
     SLOW_RAMP_S,
 )
 from .cpu import wait_for_quiet_machine
+from .index import epilog
 from .litellm import ensure_litellm
 from .load import run_wrk
 from .measure import measure, wait_quiet
@@ -52,11 +53,20 @@ from .verdicts import (
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Benchmark Mortar, LiteLLM and the mock.")
+    parser = argparse.ArgumentParser(
+        description="Benchmark Mortar beside LiteLLM and the mock model server (make bench).",
+        epilog=epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--quick", action="store_true", help="one short round (a smoke run)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per measurement")
-    parser.add_argument("--scenarios", default=",".join(s.name for s in SCENARIOS))
+    names = [s.name for s in SCENARIOS]
+    parser.add_argument(
+        "--scenarios",
+        default=",".join(names),
+        help=f"the scenarios to measure, comma-separated (default: all of {', '.join(names)})",
+    )
     parser.add_argument(
         "--baseline",
         metavar="REF",
@@ -103,7 +113,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=300.0,
         help="seconds to wait at most for other load on the machine to stop",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    unknown = set(args.scenarios.split(",")) - set(names)
+    if unknown:
+        parser.error(f"no scenario {', '.join(sorted(unknown))}; there are {', '.join(names)}")
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:
