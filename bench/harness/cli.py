@@ -210,6 +210,7 @@ def measure_rounds(
     """Every scenario on every target, round after round, the targets' order rotating."""
     runs: list[dict[str, Any]] = []
     width = max(8, *(len(name) for name in bench.targets))
+    scenario_width = max(len(scenario.name) for scenario in scenarios)
     for index, order in rounds_of(list(bench.targets), rounds):
         for scenario in scenarios:
             for name in order:
@@ -220,7 +221,7 @@ def measure_rounds(
                     {"round": index, "scenario": scenario.name, "target": name, "result": result}
                 )
                 print(
-                    f"round {index + 1} {scenario.name:<9} {name:<{width}} "
+                    f"round {index + 1} {scenario.name:<{scenario_width}} {name:<{width}} "
                     f"{headline(result, list(bench.targets))}",
                     flush=True,
                 )
