@@ -1,6 +1,6 @@
 """Measure the run writer's crash log: CPU per chunk appended, budget ≤ 2 µs (issue 15).
 
-Every chunk a client is sent is appended to the log (`telemetry.chunklog`) on the event loop:
+Every chunk a client is sent is appended to the log (`telemetry.store.chunklog`) on the event loop:
 framed and copied into the memory-mapped segment (no system call; segments are made, with their
 blocks reserved, every 4 MiB). This drives a ChunkLog the way the gateway does, in its own
 temporary directory, a few seconds in all:
@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 import uvloop  # noqa: E402
 
-from telemetry.chunklog import ChunkLog  # noqa: E402
+from telemetry.store.chunklog import ChunkLog  # noqa: E402
 
 BUDGET_US = 2.0
 STREAMS = 200

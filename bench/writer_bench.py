@@ -186,7 +186,7 @@ def main() -> None:
 
     from accounts.models import ApiKey, Organization
     from telemetry.models import Run, RunChunk
-    from telemetry.spool import Spool
+    from telemetry.store.spool import Spool
     from telemetry.writer import (
         ChunkSent,
         RunClosed,

@@ -9,7 +9,7 @@ database outage. So:
 
 - When a batch fails because the database is away (OperationalError / InterfaceError: refused
   or dropped connections, a terminated backend), the writer moves everything queued to its
-  spool file (``telemetry.spool``; fsync'ed) and retries with exponential backoff, spooling
+  spool file (``telemetry.store.spool``; fsync'ed) and retries with exponential backoff, spooling
   what arrives meanwhile, so memory stays bounded. It also spools when it falls more than
   ``MORTAR_WRITER_SPILL_AT`` rows behind.
 - The spool holds the oldest rows, so while it has any the writer drains it first, batch by
@@ -19,11 +19,11 @@ database outage. So:
   they are written idempotently: runs and chunks COPYed into temporary tables and inserted
   from there with ON CONFLICT DO NOTHING, outcomes as plain UPDATEs. A batch straight from the
   queue has never been tried before, so its runs and chunks are COPYed straight in. How, in
-  Postgres, at little CPU a row: ``telemetry.postgres_writes``.
+  Postgres, at little CPU a row: ``telemetry.store.postgres``.
 - On shutdown ``close()`` writes what it can; what it cannot stays in the spool for the next
   start.
 - Against a crash (kill -9), every row queued is also appended to the writer's log
-  (``telemetry.chunklog``, a file mapped into memory: a copy, no system call) and acknowledged
+  (``telemetry.store.chunklog``, a file mapped into memory: a copy, no system call) and acknowledged
   there once it is in the database or the spool; a writer starting up (and every minute after)
   moves the rows dead processes' logs hold unacknowledged into its spool, after their spool
   files.
@@ -49,7 +49,6 @@ from django.db.models import Count, OuterRef, Subquery
 
 from core.db import DatabaseAway, drop_broken_connection
 from core.loops import PerLoop
-from telemetry import chunklog, postgres_writes
 from telemetry.images import RunImages, fields_with_references, hashed, run_images_write
 from telemetry.metrics import writer_depth
 from telemetry.models import Run, RunChunk
@@ -57,7 +56,8 @@ from telemetry.records import BudgetDraw, ImageRecord, RunFields
 from telemetry.search_text import prompt_text
 from telemetry.services.budgets import budget_holds_settle
 from telemetry.services.interruptions import runs_lock
-from telemetry.spool import Row, Spool
+from telemetry.store import chunklog, postgres
+from telemetry.store.spool import Row, Spool
 
 logger = logging.getLogger(__name__)
 
@@ -213,7 +213,7 @@ def write_batch(items: Sequence[WriterItem], *, replay: bool = False) -> None:
                 # The runs' budget draws and charges are taken by the inserts and updates
                 # themselves (triggers: telemetry migration 0018), not by statements of their
                 # own: a draw with its run's first insert, never again on a replay.
-                postgres_writes.write(
+                postgres.write(
                     connection.connection,
                     new_runs=list(new_runs.values()),
                     chunks=chunks,
@@ -260,7 +260,7 @@ def _refuse_chunks_without_runs(chunks: list[ChunkSent], *, opened: Collection[s
 
 def _interrupted_runs_recounted(run_ids: set[str]) -> None:
     """Count again the chunks of the runs closed as interrupted: a live worker closed them with
-    the chunks stored then, and a dead writer's log, claimed later (`telemetry.chunklog`),
+    the chunks stored then, and a dead writer's log, claimed later (`telemetry.store.chunklog`),
     may hold more that its clients received. Only on replay, a rare path."""
     Run.objects.filter(pk__in=run_ids, status=Run.Status.INTERRUPTED).update(
         chunk_count=Subquery(

@@ -23,7 +23,7 @@ from django.db import IntegrityError, OperationalError, transaction
 from accounts.models import Organization
 from telemetry import writer as writer_module
 from telemetry.models import Run, RunChunk
-from telemetry.spool import HEADER, MAGIC, Spool
+from telemetry.store.spool import HEADER, MAGIC, Spool
 from telemetry.writer import (
     ChunkSent,
     RunClosed,

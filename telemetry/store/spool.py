@@ -271,7 +271,7 @@ class Spool:
         """Append batches to a file of their own, drained after every file held now, durably.
 
         For rows that must follow the files just claimed: a dead writer's unstored log rows
-        come after what it spooled (`telemetry.chunklog`).
+        come after what it spooled (`telemetry.store.chunklog`).
         """
         self.directory.mkdir(parents=True, exist_ok=True)
         spool = SpoolFile.create(self._name("spool"))
