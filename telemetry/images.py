@@ -25,7 +25,7 @@ from datetime import datetime
 from django.db.models import F
 
 from telemetry.models import Image, RunImage
-from telemetry.records import ImageRecord, RunFields
+from telemetry.store.records import ImageRecord, RunFields
 
 REFERENCE_PREFIX = "mortar-image:sha256:"  # stands for the image's data URL
 BASE64_REFERENCE_PREFIX = "mortar-image-base64:sha256:"  # for its bare base64 (Messages)

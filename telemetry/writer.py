@@ -52,11 +52,12 @@ from core.loops import PerLoop
 from telemetry.images import RunImages, fields_with_references, hashed, run_images_write
 from telemetry.metrics import writer_depth
 from telemetry.models import Run, RunChunk
-from telemetry.records import BudgetDraw, ImageRecord, RunFields
+from telemetry.records import BudgetDraw
 from telemetry.search_text import prompt_text
 from telemetry.services.budgets import budget_holds_settle
 from telemetry.services.interruptions import runs_lock
 from telemetry.store import chunklog, postgres
+from telemetry.store.records import ImageRecord, RunFields
 from telemetry.store.spool import Row, Spool
 
 logger = logging.getLogger(__name__)

@@ -1,5 +1,6 @@
 """The run store's engine: how runs and their chunks reach the database, and survive on the way.
 
+- ``records``: a run's fields (``RunFields``) and images as they cross from the request path.
 - ``chunklog``: the crash log, every queued row on local disk until it is stored.
 - ``spool``: the spool files that hold rows while the database is away.
 - ``postgres``: a batch's rows in Postgres, COPYed in binary, outcomes UPDATEd.

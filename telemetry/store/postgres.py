@@ -39,7 +39,7 @@ from psycopg.types.json import Jsonb
 from psycopg.types.string import BytesBinaryDumper
 
 from telemetry.models import Run, RunChunk
-from telemetry.records import RunFields
+from telemetry.store.records import RunFields
 
 CHUNK_COLUMNS = "run_id, seq, offset_us, data"
 CHUNK_TYPES = ["text", "int4", "int8", "bytea"]

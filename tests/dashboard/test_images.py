@@ -14,7 +14,7 @@ from django.test import Client
 
 from accounts.models import Organization
 from telemetry.models import Image, Run, RunImage
-from telemetry.records import ImageRecord, RunFields
+from telemetry.store.records import ImageRecord, RunFields
 from telemetry.writer import RunOpened, write_batch
 from tests.support.images import data_url, image_bytes
 

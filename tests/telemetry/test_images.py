@@ -15,8 +15,8 @@ from accounts.models import Organization
 from telemetry.images import REFERENCE_PREFIX, body_with_images
 from telemetry.models import Image, Run, RunImage
 from telemetry.recording import RunRecorder
-from telemetry.records import ImageRecord, RunFields
 from telemetry.services.retention import PurgeCounts, organization_runs_purge
+from telemetry.store.records import ImageRecord, RunFields
 from telemetry.writer import (
     RunClosed,
     RunOpened,
