@@ -49,15 +49,15 @@ from django.db.models import Count, OuterRef, Subquery
 
 from core.db import DatabaseAway, drop_broken_connection
 from core.loops import PerLoop
-from telemetry.images import RunImages, fields_with_references, hashed, run_images_write
 from telemetry.metrics import writer_depth
 from telemetry.models import Run, RunChunk
 from telemetry.records import BudgetDraw
-from telemetry.search_text import prompt_text
 from telemetry.services.budgets import budget_holds_settle
 from telemetry.services.interruptions import runs_lock
 from telemetry.store import chunklog, postgres
+from telemetry.store.images import RunImages, fields_with_references, hashed, run_images_write
 from telemetry.store.records import ImageRecord, RunFields
+from telemetry.store.search_text import prompt_text
 from telemetry.store.spool import Row, Spool
 
 logger = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ CATCH_UP_BATCHES = 8
 
 class RunOpened(NamedTuple):
     fields: RunFields
-    # The images its request carried, stored once each by content (`telemetry.images`).
+    # The images its request carried, stored once each by content (`telemetry.store.images`).
     images: tuple[ImageRecord, ...] = ()
 
 

@@ -67,7 +67,7 @@ class RunFields(TypedDict, total=False):
     budget_slice: str | None
     held_prompt_usd: Decimal | None
     chunk_count: int
-    # What the dashboard's search reads (`telemetry.search_text`).
+    # What the dashboard's search reads (`telemetry.store.search_text`).
     prompt_text: str
     reply_text: str
 
@@ -94,7 +94,8 @@ class RunOutcome(TypedDict, total=False):
 
 
 class ImageRecord(NamedTuple):
-    """An image a run's request carried, checked, as the writer stores it (`telemetry.images`).
+    """An image a run's request carried, checked, as the writer stores it
+    (`telemetry.store.images`).
 
     Hashed and stored on the writer's thread, never on the request's event loop.
     """

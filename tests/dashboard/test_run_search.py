@@ -18,8 +18,8 @@ from dashboard.selectors.runs import RunFilters, filtered_runs, runs_page
 from gateway.generation.reply import Generation
 from telemetry.models import Run
 from telemetry.recording import RunRecorder
-from telemetry.search_text import PROMPT_TEXT_LIMIT, capped, prompt_text
 from telemetry.store.records import RunFields
+from telemetry.store.search_text import PROMPT_TEXT_LIMIT, capped, prompt_text
 from telemetry.writer import RunClosed, RunOpened, write_batch
 from tests.support.runs import query_plan
 

@@ -1,4 +1,4 @@
-"""The run store's images (`telemetry.images`): stored once per organization by content, named
+"""The run store's images (`telemetry.store.images`): stored once per organization by content, named
 in the stored bodies, written by the run writer (idempotently), spooled and purged."""
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ import orjson
 import pytest
 
 from accounts.models import Organization
-from telemetry.images import REFERENCE_PREFIX, body_with_images
+from telemetry.images import body_with_images
 from telemetry.models import Image, Run, RunImage
 from telemetry.recording import RunRecorder
 from telemetry.services.retention import PurgeCounts, organization_runs_purge
+from telemetry.store.images import REFERENCE_PREFIX
 from telemetry.store.records import ImageRecord, RunFields
 from telemetry.writer import (
     RunClosed,
