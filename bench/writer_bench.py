@@ -186,16 +186,10 @@ def main() -> None:
 
     from accounts.models import ApiKey, Organization
     from telemetry.models import Run, RunChunk
+    from telemetry.store.batches import write_batch
+    from telemetry.store.items import ChunkSent, RunClosed, RunOpened, WriterItem, encode_row
     from telemetry.store.spool import Spool
-    from telemetry.writer import (
-        ChunkSent,
-        RunClosed,
-        RunOpened,
-        RunWriter,
-        WriterItem,
-        encode_row,
-        write_batch,
-    )
+    from telemetry.store.writer import RunWriter
 
     call_command("migrate", verbosity=0)
     with connection.cursor() as cursor:

@@ -20,8 +20,9 @@ from telemetry.events import EventPublisher
 from telemetry.models import Run
 from telemetry.records import BudgetDraw
 from telemetry.request_log import request_logged
+from telemetry.store.items import ChunkSent, RunClosed, RunOpened
 from telemetry.store.records import ImageRecord, RunFields, RunOutcome
-from telemetry.writer import ChunkSent, RunClosed, RunOpened, RunWriter
+from telemetry.store.writer import RunWriter
 
 logger = logging.getLogger(__name__)
 

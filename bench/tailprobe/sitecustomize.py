@@ -166,7 +166,7 @@ if "uvicorn" in _argv and os.environ.get("TAILPROBE_DIR"):
     class _AfterImport(importlib.abc.MetaPathFinder):
         """Runs a hook on a module right after it is executed (before anyone reads it)."""
 
-        hooks = {"config.asgi": _probe_app, "telemetry.writer": _probe_writer}
+        hooks = {"config.asgi": _probe_app, "telemetry.store.writer": _probe_writer}
 
         def find_spec(self, name, path, target=None):  # type: ignore[no-untyped-def]
             hook = self.hooks.get(name)

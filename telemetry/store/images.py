@@ -10,7 +10,7 @@ once. The data URL is the canonical base64 of the bytes (the gateway refuses any
 body as received is restored exactly from the reference (`telemetry.images`).
 
 The hashing, the references and the writes run on the run writer's thread, inside the batch's
-transaction (`telemetry.writer.write_batch`), never on a request's event loop.
+transaction (`telemetry.store.batches.write_batch`), never on a request's event loop.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ File format (version 1), little-endian::
                f64 wall-clock time (Unix seconds) the oldest row was queued  (20 bytes)
     payload := pickle (protocol 5) of a list of rows
 
-A row is a tuple of plain values (``telemetry.writer.encode_row``): ``("o", fields)`` a run
+A row is a tuple of plain values (``telemetry.store.items.encode_row``): ``("o", fields)`` a run
 opened (``("o", fields, images)`` when its request carried images, each a tuple of
 ``telemetry.store.records.ImageRecord``'s fields), ``("c", run_id, seq, offset_us, data)`` a chunk
 sent, ``("x", run_id, fields)`` a run closed, where ``fields`` maps Run field names to str, int,

@@ -19,8 +19,9 @@ import pytest
 
 from telemetry.store import chunklog
 from telemetry.store.chunklog import MAGIC, SEGMENT_HEADER, ChunkLog, claim_lock, claim_orphans
+from telemetry.store.items import encode_row
 from telemetry.store.spool import Spool
-from telemetry.writer import RunWriter, encode_row
+from telemetry.store.writer import RunWriter
 from tests.conftest import Tenant
 from tests.support.servers import ROOT
 from tests.telemetry.test_writer import assert_stored, run_rows

@@ -16,17 +16,11 @@ from telemetry.images import body_with_images
 from telemetry.models import Image, Run, RunImage
 from telemetry.recording import RunRecorder
 from telemetry.services.retention import PurgeCounts, organization_runs_purge
+from telemetry.store.batches import write_batch
 from telemetry.store.images import REFERENCE_PREFIX
+from telemetry.store.items import RunClosed, RunOpened, WriterItem, decode_row, encode_row
 from telemetry.store.records import ImageRecord, RunFields
-from telemetry.writer import (
-    RunClosed,
-    RunOpened,
-    RunWriter,
-    WriterItem,
-    decode_row,
-    encode_row,
-    write_batch,
-)
+from telemetry.store.writer import RunWriter
 from tests.conftest import Tenant
 from tests.support.images import data_url, image_bytes
 
