@@ -3,7 +3,7 @@
 The pipeline notes a run's fields as it learns them (`RunRecorder.set`, `open`, `close`) and the
 writer stores them as columns of `telemetry.models.Run`. `RunFields` names every field that may
 cross, with its type, so a misspelt or mistyped field fails in the type checker (mypy checks
-every `**fields` against it) and in `tests/telemetry/test_run_fields.py` (every name is a
+every `**fields` against it) and in `tests/telemetry/store/test_run_fields.py` (every name is a
 column of the table) — never in the writer's thread, where a bad row would be logged and lost.
 
 A TypedDict rather than a dataclass: the record is built a field at a time on the hot path and

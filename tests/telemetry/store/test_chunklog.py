@@ -24,7 +24,7 @@ from telemetry.store.spool import Spool
 from telemetry.store.writer import RunWriter
 from tests.conftest import Tenant
 from tests.support.servers import ROOT
-from tests.telemetry.test_writer import assert_stored, run_rows
+from tests.telemetry.store.test_writer import assert_stored, run_rows
 
 OPENED = ("o", {"id": "chatcmpl-a", "accepted_at": datetime(2026, 1, 2, tzinfo=UTC)})
 
