@@ -48,6 +48,29 @@ CHUNK_TYPES = ["text", "int4", "int8", "bytea"]
 Chunk = tuple[str, int, int, bytes]
 
 
+def write_rows(
+    *,
+    new_runs: dict[str, RunFields],
+    chunks: list[ChunkSent],
+    updates: dict[str, RunFields],
+    replay: bool,
+) -> None:
+    """Write new runs (by id), then chunks, then outcomes, in the caller's transaction."""
+    # Raw psycopg calls, wrapped so their errors become Django's (and mark the connection as
+    # having failed, for `drop_broken_connection`).
+    with connection.wrap_database_errors:
+        # The runs' budget draws and charges are taken by the inserts and updates themselves
+        # (triggers: telemetry migration 0018), not by statements of their own: a draw with
+        # its run's first insert, never again on a replay.
+        write(
+            connection.connection,
+            new_runs=list(new_runs.values()),
+            chunks=chunks,
+            updates=updates,
+            replay=replay,
+        )
+
+
 def write(
     pg_connection: psycopg.Connection[Any],
     *,
@@ -70,29 +93,6 @@ def write(
             _copy_chunks(cursor, chunks, replay=replay)
         if updates:
             _update_runs(cursor, updates)
-
-
-def write_rows(
-    *,
-    new_runs: dict[str, RunFields],
-    chunks: list[ChunkSent],
-    updates: dict[str, RunFields],
-    replay: bool,
-) -> None:
-    """Write new runs (by id), then chunks, then outcomes, in the caller's transaction."""
-    # Raw psycopg calls, wrapped so their errors become Django's (and mark the connection as
-    # having failed, for `drop_broken_connection`).
-    with connection.wrap_database_errors:
-        # The runs' budget draws and charges are taken by the inserts and updates themselves
-        # (triggers: telemetry migration 0018), not by statements of their own: a draw with
-        # its run's first insert, never again on a replay.
-        write(
-            connection.connection,
-            new_runs=list(new_runs.values()),
-            chunks=chunks,
-            updates=updates,
-            replay=replay,
-        )
 
 
 def json_dumps(value: Any) -> bytes:
