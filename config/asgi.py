@@ -40,7 +40,7 @@ from gateway.upstream.client import close_clients  # noqa: E402
 from telemetry.feed import telemetry_feed  # noqa: E402
 from telemetry.leases import start_worker_heartbeat, stop_worker_heartbeat  # noqa: E402
 from telemetry.metrics import metrics  # noqa: E402
-from telemetry.writer import close_run_writer, start_run_writer  # noqa: E402
+from telemetry.store.running import close_run_writer, start_run_writer  # noqa: E402
 
 logger = logging.getLogger(__name__)
 chat_completions = LeanDispatch(CHAT_COMPLETIONS_PATH)

@@ -76,7 +76,7 @@ async def healthz(request: HttpRequest) -> HttpResponse:
 
 
 async def readyz(request: HttpRequest) -> HttpResponse:
-    from telemetry.writer import writer_status
+    from telemetry.store.running import writer_status
 
     plane = backplane()
     database_error = await sync_to_async(_database_error)()

@@ -21,7 +21,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from telemetry.metrics_dir import use_metrics_dir
-from telemetry.records import RunFields
+from telemetry.store.records import RunFields
 
 if TYPE_CHECKING:
     from prometheus_client import Counter, Gauge, Histogram

@@ -107,7 +107,7 @@ class Run(models.Model):
     # on the hot path's inserts, and the original may be purged before its re-runs.
     rerun_of = models.CharField(max_length=40, null=True, blank=True)
 
-    # What the dashboard's free-text search reads (`telemetry.search_text`): the text of the
+    # What the dashboard's free-text search reads (`telemetry.store.search_text`): the text of the
     # request's messages, taken from its body by the run writer when it stores the run, and the
     # reply's text, handed over by the relay when the run closes. Blank under `metadata`
     # retention. Postgres indexes both with a GIN index over their tsvector (migration 0015).

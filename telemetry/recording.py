@@ -18,9 +18,11 @@ from core.tracing import step
 from telemetry import metrics
 from telemetry.events import EventPublisher
 from telemetry.models import Run
-from telemetry.records import BudgetDraw, ImageRecord, RunFields, RunOutcome
+from telemetry.records import BudgetDraw
 from telemetry.request_log import request_logged
-from telemetry.writer import ChunkSent, RunClosed, RunOpened, RunWriter
+from telemetry.store.items import ChunkSent, RunClosed, RunOpened
+from telemetry.store.records import ImageRecord, RunFields, RunOutcome
+from telemetry.store.writer import RunWriter
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import logging
 
 from django.conf import settings
 
-from telemetry.records import RunFields
+from telemetry.store.records import RunFields
 
 logger = logging.getLogger("mortar.requests")
 

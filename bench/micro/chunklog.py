@@ -1,6 +1,6 @@
 """Measure the run writer's crash log: CPU per chunk appended, budget ≤ 2 µs.
 
-Every chunk a client is sent is appended to the log (`telemetry.chunklog`) on the event loop:
+Every chunk a client is sent is appended to the log (`telemetry.store.chunklog`) on the event loop:
 framed and copied into the memory-mapped segment (no system call; segments are made, with their
 blocks reserved, every 4 MiB). This drives a ChunkLog the way the gateway does, in its own
 temporary directory, a few seconds in all:
@@ -35,7 +35,7 @@ from pathlib import Path
 import uvloop
 
 from bench.harness.results import recorded
-from telemetry.chunklog import ChunkLog
+from telemetry.store.chunklog import ChunkLog
 
 BUDGET_US = 2.0
 STREAMS = 200

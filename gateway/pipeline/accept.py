@@ -15,7 +15,7 @@ from core.ids import new_hex_id
 from telemetry.events import event_publisher
 from telemetry.leases import worker_of_new_runs
 from telemetry.recording import RunRecorder
-from telemetry.writer import run_writer
+from telemetry.store.running import run_writer
 
 # A refused body is kept for debugging, but a 4 MiB one is not worth keeping whole.
 REFUSED_BODY_KEEP_BYTES = 64 * 1024

@@ -32,7 +32,7 @@ from gateway.sessions import end_user_for, session_for
 from gateway.tokens import TokenCounter, default_counter
 from gateway.tool_selector import ToolSelection, select_named_tool
 from telemetry.recording import RunRecorder
-from telemetry.records import ImageRecord
+from telemetry.store.records import ImageRecord
 
 if TYPE_CHECKING:
     from gateway.pipeline.limits import Limited

@@ -14,8 +14,8 @@ from gateway.relay.rendering import Rendering
 from telemetry.costs import Prices, cached_tokens_of, usage_cost
 from telemetry.models import Run
 from telemetry.recording import RunRecorder
-from telemetry.records import RunOutcome
-from telemetry.search_text import REPLY_TEXT_LIMIT, capped
+from telemetry.store.records import RunOutcome
+from telemetry.store.search_text import REPLY_TEXT_LIMIT, capped
 
 # A stopped non-streaming reply says so (the spec leaves it open; OpenAI's values don't cover it).
 STOPPED_FINISH_REASON = "stopped"

@@ -12,9 +12,9 @@ was last known alive (its last renewal or its last stored chunk, whichever is la
 - Closing is a short transaction per group of runs: lock those still in progress (in id
   order), count their stored chunks, close them. Several workers and the beat sweeping at once
   close each run exactly once, and a run whose real outcome was written meanwhile is left
-  alone. A replay writing a run's chunks (`telemetry.writer.write_batch`) takes the same lock,
-  so the count is never taken between its chunks and its commit: it is taken before them (and
-  the replay counts again), or after.
+  alone. A replay writing a run's chunks (`telemetry.store.batches.write_batch`) takes the
+  same lock, so the count is never taken between its chunks and its commit: it is taken before
+  them (and the replay counts again), or after.
 - A run stays open to late rows: chunks appended after the close are stored as any chunk, and
   an outcome that arrives later (the worker's spool drained by a restarted worker, or a worker
   that was only cut off from the database) replaces the interruption — the real outcome wins.
@@ -180,9 +180,9 @@ def runs_lock(run_ids: Collection[str], *, in_progress_only: bool = False) -> se
     """Lock these runs until the transaction ends, and return the ids locked.
 
     The sweep locks the runs it closes, and a replay of a dead writer's log locks the runs of
-    its chunks (`telemetry.writer.write_batch`), so a sweep never counts a run's chunks between
-    a replay's and its commit. Always in id order, so sweepers and replays never deadlock one
-    another. (SQLite: each transaction holds the whole database already.)
+    its chunks (`telemetry.store.batches.write_batch`), so a sweep never counts a run's chunks
+    between a replay's and its commit. Always in id order, so sweepers and replays never
+    deadlock one another. (SQLite: each transaction holds the whole database already.)
     """
     runs = Run.objects.filter(pk__in=run_ids)
     if in_progress_only:

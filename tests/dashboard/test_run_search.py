@@ -18,9 +18,10 @@ from dashboard.selectors.runs import RunFilters, filtered_runs, runs_page
 from gateway.generation.reply import Generation
 from telemetry.models import Run
 from telemetry.recording import RunRecorder
-from telemetry.records import RunFields
-from telemetry.search_text import PROMPT_TEXT_LIMIT, capped, prompt_text
-from telemetry.writer import RunClosed, RunOpened, write_batch
+from telemetry.store.batches import write_batch
+from telemetry.store.items import RunClosed, RunOpened
+from telemetry.store.records import RunFields
+from telemetry.store.search_text import PROMPT_TEXT_LIMIT, capped, prompt_text
 from tests.support.runs import query_plan
 
 pytestmark = pytest.mark.django_db

@@ -19,7 +19,8 @@ from gateway.budget_slices import SLICE_IDLE_SECONDS, SWEEP_SECONDS
 from telemetry.costs import Prices
 from telemetry.models import BudgetHold, BudgetSpend, Run
 from telemetry.services.budgets import Budget, HoldRequest, budget_holds, budget_holds_reconcile
-from telemetry.writer import RunClosed, RunOpened, write_batch
+from telemetry.store.batches import write_batch
+from telemetry.store.items import RunClosed, RunOpened
 from tests.conftest import _server_env, wait_for_run
 from tests.support.budgets import (
     EXAMPLE_USD,

@@ -19,7 +19,7 @@ from django.conf import settings
 from tests.conftest import Tenant, _server_env, wait_for_run
 from tests.support.servers import ServerProcess, start_mortar
 from tests.support.waiting import wait_until
-from tests.telemetry.test_writer_outage import PostgresProxy
+from tests.telemetry.store.test_writer_outage import PostgresProxy
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
 

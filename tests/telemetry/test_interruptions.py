@@ -26,8 +26,9 @@ from telemetry.services.interruptions import (
     worker_lease_release,
     worker_lease_renew,
 )
+from telemetry.store.batches import write_batch
+from telemetry.store.items import ChunkSent, RunClosed
 from telemetry.tasks import interrupt_orphaned_runs
-from telemetry.writer import ChunkSent, RunClosed, write_batch
 from tests.support.budgets import committed
 from tests.support.runs import query_plan
 from tests.support.waiting import wait_until

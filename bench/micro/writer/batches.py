@@ -12,7 +12,8 @@ from decimal import Decimal
 from django.db import connection
 
 from telemetry.models import Run
-from telemetry.writer import ChunkSent, RunClosed, RunOpened, WriterItem, write_batch
+from telemetry.store.batches import write_batch
+from telemetry.store.items import ChunkSent, RunClosed, RunOpened, WriterItem
 
 from .measure import CpuMeter, Result, RssSampler, backend_cpu
 from .phases import Owner

@@ -14,8 +14,9 @@ from pathlib import Path
 from django.conf import settings
 
 from telemetry.models import Run
-from telemetry.spool import Spool
-from telemetry.writer import ChunkSent, RunClosed, RunOpened, RunWriter, WriterItem, encode_row
+from telemetry.store.items import ChunkSent, RunClosed, RunOpened, WriterItem, encode_row
+from telemetry.store.spool import Spool
+from telemetry.store.writer import RunWriter
 
 from .measure import CpuMeter, Result, RssSampler
 

@@ -2,31 +2,27 @@
 
 The request path only appends to an in-memory queue (never awaits the database or the disk); a
 task in the same event loop drains it every few milliseconds and writes each batch in one
-transaction, on a dedicated thread that keeps its own database connection.
+transaction (``telemetry.store.batches``), on a dedicated thread that keeps its own database
+connection.
 
-PRODUCT.md, "The run store": writing must never slow a stream or lose a row, and survive a
-database outage. So:
+Writing must never slow a stream or lose a row, and must survive a database outage. So:
 
 - When a batch fails because the database is away (OperationalError / InterfaceError: refused
   or dropped connections, a terminated backend), the writer moves everything queued to its
-  spool file (``telemetry.spool``; fsync'ed) and retries with exponential backoff, spooling
-  what arrives meanwhile, so memory stays bounded. It also spools when it falls more than
-  ``MORTAR_WRITER_SPILL_AT`` rows behind.
+  spool file (``telemetry.store.spool``; fsync'ed) and retries with exponential backoff,
+  spooling what arrives meanwhile, so memory stays bounded. It also spools when it falls more
+  than ``MORTAR_WRITER_SPILL_AT`` rows behind.
 - The spool holds the oldest rows, so while it has any the writer drains it first, batch by
   batch, and deletes each file once it is written. At start it also claims and drains the
-  spool files of dead processes.
-- Replayed batches may already be in the database (a commit whose acknowledgment was lost), so
-  they are written idempotently: runs and chunks COPYed into temporary tables and inserted
-  from there with ON CONFLICT DO NOTHING, outcomes as plain UPDATEs. A batch straight from the
-  queue has never been tried before, so its runs and chunks are COPYed straight in. How, in
-  Postgres, at little CPU a row: ``telemetry.postgres_writes``.
+  spool files of dead processes. Those batches are replayed: written so that rows already in
+  the database (a commit whose acknowledgment was lost) are neither duplicated nor fail them.
 - On shutdown ``close()`` writes what it can; what it cannot stays in the spool for the next
   start.
 - Against a crash (kill -9), every row queued is also appended to the writer's log
-  (``telemetry.chunklog``, a file mapped into memory: a copy, no system call) and acknowledged
-  there once it is in the database or the spool; a writer starting up (and every minute after)
-  moves the rows dead processes' logs hold unacknowledged into its spool, after their spool
-  files.
+  (``telemetry.store.chunklog``, a file mapped into memory: a copy, no system call) and
+  acknowledged there once it is in the database or the spool; a writer starting up (and every
+  minute after) moves the rows dead processes' logs hold unacknowledged into its spool, after
+  their spool files.
 """
 
 from __future__ import annotations
@@ -37,27 +33,21 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
-from django.db.models import Count, OuterRef, Subquery
+from django.db import connection
 
 from core.db import DatabaseAway, drop_broken_connection
-from core.loops import PerLoop
-from telemetry import chunklog, postgres_writes
-from telemetry.images import RunImages, fields_with_references, hashed, run_images_write
 from telemetry.metrics import writer_depth
-from telemetry.models import Run, RunChunk
-from telemetry.records import BudgetDraw, ImageRecord, RunFields
-from telemetry.search_text import prompt_text
-from telemetry.services.budgets import budget_holds_settle
-from telemetry.services.interruptions import runs_lock
-from telemetry.spool import Row, Spool
+from telemetry.store import chunklog
+from telemetry.store.batches import database_reachable, write_batch, write_runs_one_by_one
+from telemetry.store.items import ChunkSent, WriterItem, decode_row, encode_row
+from telemetry.store.spool import Spool
 
 logger = logging.getLogger(__name__)
 
@@ -80,228 +70,6 @@ MARK_EVERY_SECONDS = 0.05
 # size, and under a busy loop that trip is the pass of the loop (tens of ms): at 20,000 chunks/s
 # batches of 2,000 came back too slowly to keep up (README, "the run writer fell behind").
 CATCH_UP_BATCHES = 8
-
-
-# Named tuples: the request path makes one per chunk, and a tuple costs half what a frozen
-# dataclass does to make; a ChunkSent is also, as it is, the row COPY writes.
-
-
-class RunOpened(NamedTuple):
-    fields: RunFields
-    # The images its request carried, stored once each by content (`telemetry.images`).
-    images: tuple[ImageRecord, ...] = ()
-
-
-class ChunkSent(NamedTuple):
-    run_id: str
-    seq: int
-    offset_us: int
-    data: bytes
-
-
-class RunClosed(NamedTuple):
-    run_id: str
-    fields: RunFields
-
-
-WriterItem = RunOpened | ChunkSent | RunClosed
-
-
-def encode_row(item: WriterItem) -> Row:
-    """A writer item as a tuple of plain values, for the spool."""
-    if isinstance(item, ChunkSent):
-        return ("c", item.run_id, item.seq, item.offset_us, item.data)
-    if isinstance(item, RunOpened):
-        images = [tuple(image) for image in item.images]
-        return ("o", item.fields, images) if images else ("o", item.fields)
-    return ("x", item.run_id, item.fields)
-
-
-def decode_row(row: Row) -> WriterItem:
-    """The writer item a spooled row stands for."""
-    kind = row[0]
-    if kind == "c":
-        return ChunkSent._make(row[1:])
-    if kind == "o":
-        images = tuple(ImageRecord._make(image) for image in row[2]) if len(row) > 2 else ()
-        fields = row[1]
-        if len(row) > 3:
-            # Spooled by a worker from before the draw was part of the run's fields.
-            draw = BudgetDraw._make(row[3])
-            fields = {**fields, "budget_slice": draw.slice_id, "held_prompt_usd": draw.prompt_usd}
-        return RunOpened(fields, images)
-    if kind == "x":
-        return RunClosed._make(row[1:])
-    raise ValueError(f"unknown spooled row kind {kind!r}")
-
-
-def _text_safe(fields: RunFields) -> dict[str, Any]:
-    """Postgres text cannot hold NUL; drop it from text fields (bytes fields keep theirs)."""
-    return {
-        key: value.replace("\x00", "") if isinstance(value, str) else value
-        for key, value in fields.items()
-    }
-
-
-def _with_prompt_text(fields: RunFields) -> RunFields:
-    """The run's fields with the text of its request's messages, for the dashboard's search.
-
-    Computed here, on the writer's thread, once per run: never on the event loop, never per
-    chunk. A run stored without its body (`metadata` retention) has none.
-    """
-    body = fields.get("request_body")
-    if not body or "prompt_text" in fields:
-        return fields
-    return {**fields, "prompt_text": prompt_text(body)}
-
-
-def _cut_to_fit(fields: dict[str, Any]) -> dict[str, Any]:
-    """Cut outcome text to its column's length, as Postgres' outcome UPDATE does (its cast to
-    varchar(n) truncates); SQLite would keep it whole."""
-    fitted = dict(fields)
-    for key, value in fields.items():
-        max_length = getattr(Run._meta.get_field(key), "max_length", None)
-        if isinstance(value, str) and max_length is not None and len(value) > max_length:
-            fitted[key] = value[:max_length]
-    return fitted
-
-
-def write_batch(items: Sequence[WriterItem], *, replay: bool = False) -> None:
-    """Write one batch in one transaction: new runs, then chunks, then run updates, then the
-    new runs' images.
-
-    `replay` says the batch may be in the database already, wholly or in part; it is then
-    written so that nothing is duplicated and nothing already there fails it.
-    """
-    new_runs: dict[str, RunFields] = {}
-    updates: dict[str, RunFields] = {}
-    chunks: list[ChunkSent] = []
-    images: list[RunImages] = []
-    # The items' own dicts are used as they are, never changed: a batch that fails is tried
-    # again, or spooled, as it came. Merging two makes a new dict.
-    for item in items:
-        if isinstance(item, ChunkSent):
-            chunks.append(item)
-        elif isinstance(item, RunOpened):
-            fields = _with_prompt_text(item.fields)
-            if item.images:
-                # The bodies name each image instead of repeating its bytes.
-                seen = hashed(item.images)
-                fields = fields_with_references(fields, seen)
-                images.append(
-                    RunImages(fields["id"], fields["organization_id"], fields["accepted_at"], seen)
-                )
-            new_runs[fields["id"]] = fields
-        elif item.run_id in new_runs and not replay:
-            # Opened and closed within one batch: one insert. Not on replay, where the insert
-            # may be skipped as a conflict and would take the outcome with it.
-            new_runs[item.run_id] = {**new_runs[item.run_id], **item.fields}
-        elif item.run_id in updates:
-            updates[item.run_id] = {**updates[item.run_id], **item.fields}
-        else:
-            updates[item.run_id] = item.fields
-
-    with transaction.atomic():
-        if replay and chunks:
-            # As a sweep closing one as interrupted does: it counts their chunks before these or
-            # after their commit, never between.
-            runs_lock({run_id for run_id, *_ in chunks})
-        if connection.vendor == "postgresql":
-            # Raw psycopg calls, wrapped so their errors become Django's (and mark the
-            # connection as having failed, for `drop_broken_connection`).
-            with connection.wrap_database_errors:
-                # The runs' budget draws and charges are taken by the inserts and updates
-                # themselves (triggers: telemetry migration 0018), not by statements of their
-                # own: a draw with its run's first insert, never again on a replay.
-                postgres_writes.write(
-                    connection.connection,
-                    new_runs=list(new_runs.values()),
-                    chunks=chunks,
-                    updates=updates,
-                    replay=replay,
-                )
-        else:  # SQLite, the embedded default: plain ORM writes, conflicts ignored
-            _refuse_chunks_without_runs(chunks, opened=new_runs.keys())
-            Run.objects.bulk_create(
-                [Run(**_text_safe(fields)) for fields in new_runs.values()],
-                ignore_conflicts=True,
-            )
-            RunChunk.objects.bulk_create(
-                [RunChunk(run_id=r, seq=s, offset_us=o, data=d) for r, s, o, d in chunks],
-                batch_size=500,
-                ignore_conflicts=True,
-            )
-            for run_id, fields in updates.items():
-                Run.objects.filter(pk=run_id).update(**_cut_to_fit(_text_safe(fields)))
-            # A run's charge reaches its budgets with its outcome, in one commit (issue 14).
-            budget_holds_settle(
-                [
-                    (run_id, charged)
-                    for rows in (new_runs, updates)
-                    for run_id, fields in rows.items()
-                    if (charged := fields.get("charged_usd")) is not None
-                ]
-            )
-        if images:  # after their runs, whose rows they point at
-            run_images_write(images)
-        if replay and chunks:
-            _interrupted_runs_recounted({run_id for run_id, *_ in chunks})
-
-
-def _refuse_chunks_without_runs(chunks: list[ChunkSent], *, opened: Collection[str]) -> None:
-    """Refuse the batch if a chunk's run is neither in it nor stored, as the database's check
-    does in Postgres (telemetry migration 0019): the batch is then written run by run, and such
-    a run's chunks dropped, not stored where nothing would ever read or purge them."""
-    earlier = {chunk.run_id for chunk in chunks}.difference(opened)
-    missing = earlier - set(Run.objects.filter(pk__in=earlier).values_list("pk", flat=True))
-    if missing:
-        raise IntegrityError(f"a chunk's run is not stored: {min(missing)}")
-
-
-def _interrupted_runs_recounted(run_ids: set[str]) -> None:
-    """Count again the chunks of the runs closed as interrupted: a live worker closed them with
-    the chunks stored then, and a dead writer's log, claimed later (`telemetry.chunklog`),
-    may hold more that its clients received. Only on replay, a rare path."""
-    Run.objects.filter(pk__in=run_ids, status=Run.Status.INTERRUPTED).update(
-        chunk_count=Subquery(
-            RunChunk.objects.filter(run_id=OuterRef("pk"))
-            .values("run_id")
-            .annotate(stored=Count("*"))
-            .values("stored")
-        )
-    )
-
-
-def database_reachable() -> bool:
-    """Whether this thread's connection (re)connects and answers."""
-    try:
-        drop_broken_connection()
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-    except DatabaseAway:
-        return False
-    return True
-
-
-def write_runs_one_by_one(items: Sequence[WriterItem]) -> None:
-    """Write each run's rows in a transaction of their own; log and drop a run that fails.
-
-    Raises if the database goes away meanwhile, so the caller keeps the whole batch (runs
-    already written are written again idempotently).
-    """
-    by_run: dict[str, list[WriterItem]] = {}
-    for item in items:
-        run_id = item.fields["id"] if isinstance(item, RunOpened) else item.run_id
-        by_run.setdefault(run_id, []).append(item)
-    for run_id, rows in by_run.items():
-        try:
-            write_batch(rows, replay=True)
-        except DatabaseAway:
-            if not database_reachable():
-                raise
-            logger.exception("run writer: dropped %d rows of run %s", len(rows), run_id)
-        except Exception:
-            logger.exception("run writer: dropped %d rows of run %s", len(rows), run_id)
 
 
 def _close_connection() -> None:
@@ -667,43 +435,3 @@ class RunWriter:
                 len(self._queue),
                 self._spooled,
             )
-
-
-def _new_run_writer() -> RunWriter:
-    return RunWriter(
-        batch_size=settings.MORTAR_WRITER_BATCH_SIZE,
-        interval=settings.MORTAR_WRITER_INTERVAL_MS / 1000,
-    )
-
-
-# The writer of the running event loop (one per worker process in production).
-run_writer = PerLoop(_new_run_writer)
-
-
-def start_run_writer() -> None:
-    """Start this loop's writer now (at ASGI startup), so leftover spool files drain early."""
-    run_writer().start()
-
-
-async def close_run_writer() -> None:
-    writer = run_writer.pop()
-    if writer is not None:
-        await writer.close()
-
-
-def writer_status() -> dict[str, Any]:
-    """Queue depth, lag, spooled rows, rows ever spilled to the spool (behind or with the database
-    away) and the last database error of this process's writers."""
-    writers = run_writer.instances()
-    errors = [(w.last_error_at, w.last_error) for w in writers if w.last_error_at is not None]
-    last_error = None
-    if errors:
-        at, message = max(errors)
-        last_error = {"message": message, "at": at.isoformat()}
-    return {
-        "queue_depth": sum(w.depth for w in writers),
-        "lag_seconds": round(max((w.lag_seconds for w in writers), default=0.0), 3),
-        "spooled": sum(w.spooled for w in writers),
-        "spilled_total": sum(w.spilled_total for w in writers),
-        "last_error": last_error,
-    }

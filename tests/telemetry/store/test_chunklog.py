@@ -1,4 +1,4 @@
-"""The run writer's crash log (`telemetry.chunklog`): framing, acknowledgment, claiming.
+"""The run writer's crash log (`telemetry.store.chunklog`): framing, acknowledgment, claiming.
 
 A dead writer is a real process killed with SIGKILL after appending to its log, so its locks go
 the way a crashed worker's do; claimers are real processes too.
@@ -17,13 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from telemetry import chunklog
-from telemetry.chunklog import MAGIC, SEGMENT_HEADER, ChunkLog, claim_lock, claim_orphans
-from telemetry.spool import Spool
-from telemetry.writer import RunWriter, encode_row
+from telemetry.store import chunklog
+from telemetry.store.chunklog import MAGIC, SEGMENT_HEADER, ChunkLog, claim_lock, claim_orphans
+from telemetry.store.items import encode_row
+from telemetry.store.spool import Spool
+from telemetry.store.writer import RunWriter
 from tests.conftest import Tenant
 from tests.support.servers import ROOT
-from tests.telemetry.test_writer import assert_stored, run_rows
+from tests.telemetry.store.test_writer import assert_stored, run_rows
 
 OPENED = ("o", {"id": "chatcmpl-a", "accepted_at": datetime(2026, 1, 2, tzinfo=UTC)})
 
@@ -49,7 +50,7 @@ DYING_WRITER = """
 import asyncio, os, pickle, signal, sys
 sys.path.insert(0, {root!r})
 from pathlib import Path
-from telemetry.chunklog import ChunkLog
+from telemetry.store.chunklog import ChunkLog
 
 async def main():
     rows, acked, passes = pickle.loads(Path({actions!r}).read_bytes())
@@ -226,7 +227,7 @@ CLAIMER = """
 import json, sys
 sys.path.insert(0, {root!r})
 from pathlib import Path
-from telemetry.chunklog import claim_lock, claim_orphans
+from telemetry.store.chunklog import claim_lock, claim_orphans
 
 directory = Path({directory!r})
 with claim_lock(directory):

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from telemetry.models import Run
-from telemetry.writer import ChunkSent, RunClosed, RunOpened, WriterItem, write_batch
+from telemetry.store.batches import write_batch
+from telemetry.store.items import ChunkSent, RunClosed, RunOpened, WriterItem
 from tests.conftest import Tenant
 
 pytestmark = pytest.mark.django_db

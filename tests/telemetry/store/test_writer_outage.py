@@ -1,4 +1,4 @@
-"""The outage test (issue 4): while requests stream, the database goes away; afterwards every
+"""The outage test: while requests stream, the database goes away; afterwards every
 run and every chunk is in Postgres, counted, not sampled.
 
 A dedicated Mortar process reaches Postgres through a TCP proxy this test controls: cutting it

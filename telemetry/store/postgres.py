@@ -39,12 +39,36 @@ from psycopg.types.json import Jsonb
 from psycopg.types.string import BytesBinaryDumper
 
 from telemetry.models import Run, RunChunk
-from telemetry.records import RunFields
+from telemetry.store.items import ChunkSent
+from telemetry.store.records import RunFields
 
 CHUNK_COLUMNS = "run_id, seq, offset_us, data"
 CHUNK_TYPES = ["text", "int4", "int8", "bytea"]
 
 Chunk = tuple[str, int, int, bytes]
+
+
+def write_rows(
+    *,
+    new_runs: dict[str, RunFields],
+    chunks: list[ChunkSent],
+    updates: dict[str, RunFields],
+    replay: bool,
+) -> None:
+    """Write new runs (by id), then chunks, then outcomes, in the caller's transaction."""
+    # Raw psycopg calls, wrapped so their errors become Django's (and mark the connection as
+    # having failed, for `drop_broken_connection`).
+    with connection.wrap_database_errors:
+        # The runs' budget draws and charges are taken by the inserts and updates themselves
+        # (triggers: telemetry migration 0018), not by statements of their own: a draw with
+        # its run's first insert, never again on a replay.
+        write(
+            connection.connection,
+            new_runs=list(new_runs.values()),
+            chunks=chunks,
+            updates=updates,
+            replay=replay,
+        )
 
 
 def write(

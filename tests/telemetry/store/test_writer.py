@@ -21,19 +21,20 @@ import pytest
 from django.db import IntegrityError, OperationalError, transaction
 
 from accounts.models import Organization
-from telemetry import writer as writer_module
 from telemetry.models import Run, RunChunk
-from telemetry.spool import HEADER, MAGIC, Spool
-from telemetry.writer import (
+from telemetry.store import running
+from telemetry.store import writer as writer_module
+from telemetry.store.batches import write_batch
+from telemetry.store.items import (
     ChunkSent,
     RunClosed,
     RunOpened,
-    RunWriter,
     WriterItem,
     decode_row,
     encode_row,
-    write_batch,
 )
+from telemetry.store.spool import HEADER, MAGIC, Spool
+from telemetry.store.writer import RunWriter
 from tests.conftest import Tenant, stored_bytes
 from tests.support.waiting import wait_until_async
 
@@ -390,7 +391,7 @@ def test_while_the_database_is_away_rows_go_to_the_spool_and_come_back(
 
     async def scenario() -> None:
         writer = RunWriter(batch_size=10, interval=0.01, spool_dir=tmp_path)
-        writer_module.run_writer.set(writer)
+        running.run_writer.set(writer)
         try:
             outage.down = True
             for item in interleave(*(rows for _, rows, _ in before)):
@@ -400,7 +401,7 @@ def test_while_the_database_is_away_rows_go_to_the_spool_and_come_back(
             for item in interleave(*(rows for _, rows, _ in during)):
                 writer.submit(item)
             await wait_until_async(lambda: writer.spooled == 132, within=15)
-            status = writer_module.writer_status()
+            status = running.writer_status()
             assert status["queue_depth"] == 0
             assert status["spooled"] == 132
             assert status["last_error"]["message"] == (
@@ -411,10 +412,10 @@ def test_while_the_database_is_away_rows_go_to_the_spool_and_come_back(
             outage.down = False
             await writer.flush()
             assert writer.spooled == 0
-            assert writer_module.writer_status()["lag_seconds"] == 0
+            assert running.writer_status()["lag_seconds"] == 0
             assert spool_files(tmp_path) == []
         finally:
-            writer_module.run_writer.pop()
+            running.run_writer.pop()
             await writer.close()
 
     drive(scenario)
@@ -540,7 +541,7 @@ def test_status_reports_depth_lag_and_spooled_rows(tenant: Tenant, settings) -> 
     run_id, rows, _ = run_rows(tenant.organization.id, 0)
 
     async def scenario() -> None:
-        assert writer_module.writer_status() == {
+        assert running.writer_status() == {
             "queue_depth": 0,
             "lag_seconds": 0.0,
             "spooled": 0,
@@ -548,10 +549,10 @@ def test_status_reports_depth_lag_and_spooled_rows(tenant: Tenant, settings) -> 
             "last_error": None,
         }
         submitted = time.monotonic()
-        writer_module.run_writer().submit(rows[0])
+        running.run_writer().submit(rows[0])
         # The lag grows while the lone row waits for its batch …
         status = await wait_until_async(
-            lambda: (now := writer_module.writer_status())["lag_seconds"] >= 0.3 and now
+            lambda: (now := running.writer_status())["lag_seconds"] >= 0.3 and now
         )
         waited = time.monotonic() - submitted
         assert status["queue_depth"] == 1
@@ -559,8 +560,8 @@ def test_status_reports_depth_lag_and_spooled_rows(tenant: Tenant, settings) -> 
         assert 0.3 <= status["lag_seconds"] <= round(waited, 3) + 0.001
         assert status["spooled"] == 0
         assert status["last_error"] is None
-        await writer_module.close_run_writer()  # writes it, without waiting for the batch
-        assert writer_module.writer_status()["queue_depth"] == 0
+        await running.close_run_writer()  # writes it, without waiting for the batch
+        assert running.writer_status()["queue_depth"] == 0
 
     drive(scenario)
     assert Run.objects.filter(pk=run_id).exists()

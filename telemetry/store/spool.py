@@ -17,9 +17,9 @@ File format (version 1), little-endian::
                f64 wall-clock time (Unix seconds) the oldest row was queued  (20 bytes)
     payload := pickle (protocol 5) of a list of rows
 
-A row is a tuple of plain values (``telemetry.writer.encode_row``): ``("o", fields)`` a run
+A row is a tuple of plain values (``telemetry.store.items.encode_row``): ``("o", fields)`` a run
 opened (``("o", fields, images)`` when its request carried images, each a tuple of
-``telemetry.records.ImageRecord``'s fields), ``("c", run_id, seq, offset_us, data)`` a chunk
+``telemetry.store.records.ImageRecord``'s fields), ``("c", run_id, seq, offset_us, data)`` a chunk
 sent, ``("x", run_id, fields)`` a run closed, where ``fields`` maps Run field names to str, int,
 bool, None, bytes, datetime, Decimal or JSON values.
 
@@ -271,7 +271,7 @@ class Spool:
         """Append batches to a file of their own, drained after every file held now, durably.
 
         For rows that must follow the files just claimed: a dead writer's unstored log rows
-        come after what it spooled (`telemetry.chunklog`).
+        come after what it spooled (`telemetry.store.chunklog`).
         """
         self.directory.mkdir(parents=True, exist_ok=True)
         spool = SpoolFile.create(self._name("spool"))

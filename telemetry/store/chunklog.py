@@ -71,7 +71,7 @@ SEGMENT_BYTES = 4 * 1024 * 1024
 # How long rows go unlogged after the disk refused a new segment, before the next try.
 RETRY_SECONDS = 1.0
 
-Row = tuple[Any, ...]  # a row in the spool's form (`telemetry.writer.encode_row`)
+Row = tuple[Any, ...]  # a row in the spool's form (`telemetry.store.items.encode_row`)
 Chunk = tuple[str, int, int, bytes]  # run id, seq, offset µs, data: a `ChunkSent`
 
 _serials = itertools.count(1)

@@ -1,4 +1,4 @@
-"""The run store's images (`telemetry.images`): stored once per organization by content, named
+"""The run store's images (`telemetry.store.images`): stored once per organization by content, named
 in the stored bodies, written by the run writer (idempotently), spooled and purged."""
 
 from __future__ import annotations
@@ -12,20 +12,15 @@ import orjson
 import pytest
 
 from accounts.models import Organization
-from telemetry.images import REFERENCE_PREFIX, body_with_images
+from telemetry.images import body_with_images
 from telemetry.models import Image, Run, RunImage
 from telemetry.recording import RunRecorder
-from telemetry.records import ImageRecord, RunFields
 from telemetry.services.retention import PurgeCounts, organization_runs_purge
-from telemetry.writer import (
-    RunClosed,
-    RunOpened,
-    RunWriter,
-    WriterItem,
-    decode_row,
-    encode_row,
-    write_batch,
-)
+from telemetry.store.batches import write_batch
+from telemetry.store.images import REFERENCE_PREFIX
+from telemetry.store.items import RunClosed, RunOpened, WriterItem, decode_row, encode_row
+from telemetry.store.records import ImageRecord, RunFields
+from telemetry.store.writer import RunWriter
 from tests.conftest import Tenant
 from tests.support.images import data_url, image_bytes
 

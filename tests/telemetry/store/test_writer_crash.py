@@ -1,4 +1,4 @@
-"""kill -9 (issue 15): a worker killed with streams in flight loses no chunk its clients received.
+"""kill -9: a worker killed with streams in flight loses no chunk its clients received.
 
 A Mortar process of this module's own (its own var/, its writer batching once a second, so a
 second of rows is only in its memory at any time) streams from the mock model server; once

@@ -1,0 +1,17 @@
+"""The run store's engine: how runs and their chunks reach the database, and survive on the way.
+
+The request path hands rows to the writer; everything after that is here:
+
+- ``records``: a run's fields (``RunFields``) and images, typed, as they cross from the request
+  path.
+- ``items``: the writer's rows (a run opened, a chunk sent, a run closed), and their plain form
+  for the spool and the crash log.
+- ``writer``: the async writer (``RunWriter``): queue, batches, backoff, spill, replay, close.
+- ``running``: this process's writers, one per event loop, and their status for /readyz.
+- ``batches``: one batch in one transaction, or run by run when the database refuses it.
+- ``postgres``, ``sqlite``: a batch's rows in each database (COPY; the ORM).
+- ``images``: a new run's images, stored once per organization by content.
+- ``search_text``: the text a run is found by, its prompt's and its reply's.
+- ``spool``: the files that hold rows while the database is away.
+- ``chunklog``: the crash log, every queued row on local disk until it is stored.
+"""

@@ -1,0 +1,75 @@
+"""The run writer's batches in SQLite, the embedded default: plain ORM writes, conflicts ignored
+(so a replayed batch needs nothing more), inside the batch's transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from django.db import IntegrityError
+
+from telemetry.models import Run, RunChunk
+from telemetry.services.budgets import budget_holds_settle
+from telemetry.store.items import ChunkSent
+from telemetry.store.records import RunFields
+
+
+def write_rows(
+    *,
+    new_runs: dict[str, RunFields],
+    chunks: list[ChunkSent],
+    updates: dict[str, RunFields],
+    replay: bool,
+) -> None:
+    """Write new runs (by id), then chunks, then outcomes (run id → fields), in the caller's
+    transaction; `replay` changes nothing here, where every insert skips what is there."""
+    _refuse_chunks_without_runs(chunks, opened=new_runs.keys())
+    Run.objects.bulk_create(
+        [Run(**_text_safe(fields)) for fields in new_runs.values()],
+        ignore_conflicts=True,
+    )
+    RunChunk.objects.bulk_create(
+        [RunChunk(run_id=r, seq=s, offset_us=o, data=d) for r, s, o, d in chunks],
+        batch_size=500,
+        ignore_conflicts=True,
+    )
+    for run_id, fields in updates.items():
+        Run.objects.filter(pk=run_id).update(**_cut_to_fit(_text_safe(fields)))
+    # A run's charge reaches its budgets with its outcome, in one commit.
+    budget_holds_settle(
+        [
+            (run_id, charged)
+            for rows in (new_runs, updates)
+            for run_id, fields in rows.items()
+            if (charged := fields.get("charged_usd")) is not None
+        ]
+    )
+
+
+def _text_safe(fields: RunFields) -> dict[str, Any]:
+    """Postgres text cannot hold NUL; drop it from text fields (bytes fields keep theirs)."""
+    return {
+        key: value.replace("\x00", "") if isinstance(value, str) else value
+        for key, value in fields.items()
+    }
+
+
+def _cut_to_fit(fields: dict[str, Any]) -> dict[str, Any]:
+    """Cut outcome text to its column's length, as Postgres' outcome UPDATE does (its cast to
+    varchar(n) truncates); SQLite would keep it whole."""
+    fitted = dict(fields)
+    for key, value in fields.items():
+        max_length = getattr(Run._meta.get_field(key), "max_length", None)
+        if isinstance(value, str) and max_length is not None and len(value) > max_length:
+            fitted[key] = value[:max_length]
+    return fitted
+
+
+def _refuse_chunks_without_runs(chunks: list[ChunkSent], *, opened: Collection[str]) -> None:
+    """Refuse the batch if a chunk's run is neither in it nor stored, as the database's check
+    does in Postgres (telemetry migration 0019): the batch is then written run by run, and such
+    a run's chunks dropped, not stored where nothing would ever read or purge them."""
+    earlier = {chunk.run_id for chunk in chunks}.difference(opened)
+    missing = earlier - set(Run.objects.filter(pk__in=earlier).values_list("pk", flat=True))
+    if missing:
+        raise IntegrityError(f"a chunk's run is not stored: {min(missing)}")
