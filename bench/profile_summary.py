@@ -40,7 +40,7 @@ CATEGORIES = [
     (
         "spend control (budget holds and slices, rate limits; issue 14)",
         r"gateway/pipeline/limits\.py|gateway/pipeline/budget\.py|gateway/budgets\.py"
-        r"|gateway/budget_slices\.py|telemetry/services/budgets\.py|core/ratelimits\.py"
+        r"|gateway/budget_slices\.py|telemetry/services/budgets\.py|core/ratelimits\.py|billing/"
         r"|^(rate_admit|rate_count|_rate_args) \(core/backplane/redis\.py",
     ),
     (

@@ -35,11 +35,11 @@ django.setup()
 
 import uvloop  # noqa: E402
 
+from billing.services.ratelimits import Limited  # noqa: E402
 from core.backplane import Backplane  # noqa: E402
 from core.backplane.memory import MemoryBackplane  # noqa: E402
 from core.backplane.redis import RedisBackplane  # noqa: E402
 from core.ratelimits import Bucket  # noqa: E402
-from gateway.pipeline.limits import Limited  # noqa: E402
 
 # High enough that nothing is refused: the cost of an admitted request is what is measured.
 RPM, TPM = 10_000_000, 1_000_000_000

@@ -55,8 +55,8 @@ from telemetry.metrics import writer_depth
 from telemetry.models import Run, RunChunk
 from telemetry.records import BudgetDraw, ImageRecord, RunFields
 from telemetry.search_text import prompt_text
-from telemetry.services.budgets import budget_holds_settle
 from telemetry.services.interruptions import runs_lock
+from telemetry.signals import run_charges_stored
 from telemetry.spool import Row, Spool
 
 logger = logging.getLogger(__name__)
@@ -233,14 +233,16 @@ def write_batch(items: Sequence[WriterItem], *, replay: bool = False) -> None:
             )
             for run_id, fields in updates.items():
                 Run.objects.filter(pk=run_id).update(**_cut_to_fit(_text_safe(fields)))
-            # A run's charge reaches its budgets with its outcome, in one commit (issue 14).
-            budget_holds_settle(
-                [
+            # A run's charge reaches its budgets with its outcome, in one commit: the billing
+            # app settles it on this signal (on Postgres, triggers on the run table do).
+            run_charges_stored.send(
+                Run,
+                charges=[
                     (run_id, charged)
                     for rows in (new_runs, updates)
                     for run_id, fields in rows.items()
                     if (charged := fields.get("charged_usd")) is not None
-                ]
+                ],
             )
         if images:  # after their runs, whose rows they point at
             run_images_write(images)

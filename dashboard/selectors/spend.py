@@ -48,10 +48,10 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, TruncDay, TruncHour
 from django.utils import timezone
 
+from billing.costs import PER_MILLION
 from dashboard.selectors.catalog import key_labels, organization_names
 from dashboard.selectors.overview import PERCENTILE_SAMPLE, fresh_since
 from gateway.models import CatalogModel
-from telemetry.costs import PER_MILLION
 from telemetry.models import Run, UsageRollup, UsageSlice
 from telemetry.services.rollups import IS_ERROR, usage_rollups_watermark
 from telemetry.services.slices import GRAINS_BY_SPAN

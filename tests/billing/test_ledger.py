@@ -7,19 +7,12 @@ from decimal import Decimal
 
 import pytest
 
+from billing.budgets import Budget, period_start, resets_at
+from billing.costs import Prices
+from billing.models import BudgetHold, BudgetSpend
+from billing.records import Held, HoldRequest
+from billing.services.ledger import budget_hold, budget_holds, budget_holds_settle
 from core.errors import InsufficientQuota
-from telemetry.costs import Prices
-from telemetry.models import BudgetHold, BudgetSpend
-from telemetry.services.budgets import (
-    Budget,
-    Held,
-    HoldRequest,
-    budget_hold,
-    budget_holds,
-    budget_holds_settle,
-    period_start,
-    resets_at,
-)
 
 pytestmark = pytest.mark.django_db
 

@@ -19,9 +19,11 @@ import orjson
 import pytest
 from django.db.models import Q, Sum
 
-from telemetry.models import BudgetHold, BudgetSpend, Run
-from telemetry.services.budgets import TOTAL_PERIOD_START, budget_holds_reconcile
-from telemetry.tasks import reconcile_budget_holds
+from billing.budgets import TOTAL_PERIOD_START
+from billing.models import BudgetHold, BudgetSpend
+from billing.services.ledger import budget_holds_reconcile
+from billing.tasks import reconcile_budget_holds
+from telemetry.models import Run
 from tests.conftest import _server_env, wait_for_run
 from tests.support.budgets import (
     EXAMPLE_USD,

@@ -18,10 +18,10 @@ import pytest
 from django.db import connection
 
 from accounts.models import ApiKey, Organization
+from billing.costs import Prices
+from billing.models import BudgetHold, BudgetSpend
+from billing.services.holds import LEDGER_THREADS, HeldBudget, hold_for
 from core.errors import InsufficientQuota
-from gateway.budgets import LEDGER_THREADS, HeldBudget, hold_for
-from telemetry.costs import Prices
-from telemetry.models import BudgetHold, BudgetSpend
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
 
