@@ -50,12 +50,9 @@ class Limited:
                 headers[f"x-ratelimit-reset-{unit}"] = reset_duration(least.reset_ms)
         return headers
 
-    def refusal(self) -> RateLimitExceeded | None:
-        """The 429 of a request a limit had no room for; None when it was admitted."""
-        verdict = self.verdict
-        if verdict.admitted:
-            return None
-        retry_after = max(math.ceil(verdict.retry_after_ms / 1000), 1)
+    def refusal(self) -> RateLimitExceeded:
+        """The 429 of a request a limit had no room for (`verdict.admitted` false)."""
+        retry_after = max(math.ceil(self.verdict.retry_after_ms / 1000), 1)
         return RateLimitExceeded(
             f"Rate limit reached for {_which(self)}. Try again in {retry_after} s.",
             retry_after=retry_after,
@@ -101,9 +98,9 @@ limits_of = PerObject(_limits_of)
 
 async def rate_limits_take(*, key: ApiKey, prompt_tokens: int) -> Limited | None:
     """Take one request and its prompt's tokens from its organization's and key's limits, all
-    or none: where they stand, admitted or not (`Limited.refusal`). Nothing is decided (None)
-    when no limit is set, or when the limiter cannot be reached: requests are admitted then
-    rather than all refused."""
+    or none: where they stand, admitted or not (`verdict.admitted`; the 429 is
+    `Limited.refusal`). Nothing is decided (None) when no limit is set, or when the limiter
+    cannot be reached: requests are admitted then rather than all refused."""
     limits = limits_of(key)
     if not limits:
         return None

@@ -14,5 +14,5 @@ async def rate_limits_check(*, key: ApiKey, decided: Plan) -> None:
     limited = decided.rate_limits = await rate_limits_take(
         key=key, prompt_tokens=decided.prompt_tokens
     )
-    if limited is not None and (refused := limited.refusal()) is not None:
-        raise refused
+    if limited is not None and not limited.verdict.admitted:
+        raise limited.refusal()

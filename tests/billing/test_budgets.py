@@ -1,4 +1,4 @@
-"""Budgets with holds (issue 14): exactly what a budget can pay for, then 402; exact across two
+"""Budgets with holds: exactly what a budget can pay for, then 402; exact across two
 worker processes; a killed worker's hold reconciled; `GET /v1/budget` agrees with the charges.
 
 Prices are set so the scripted model's example request costs a known amount: "What does
