@@ -76,7 +76,7 @@ async def budget_report(key: ApiKey) -> dict[str, dict[str, str | None] | None]:
 
 
 @dataclass(frozen=True)
-class BudgetStanding:
+class OwnerStanding:
     """One budget with its owner: an organization's (`key` None) or one of its keys'."""
 
     organization: Organization
@@ -84,10 +84,10 @@ class BudgetStanding:
     standing: Standing
 
 
-def budget_standings(*, now: datetime) -> list[BudgetStanding]:
+def budget_standings(*, now: datetime) -> list[OwnerStanding]:
     """Every organization's budget, each followed by its keys' budgets, in the current period
     (an organization without a budget of its own is listed for its keys' budgets)."""
-    standings: list[BudgetStanding] = []
+    standings: list[OwnerStanding] = []
     keys = ApiKey.objects.filter(budget_usd__isnull=False).select_related("organization")
     keys_by_org: dict[int, list[ApiKey]] = {}
     for key in keys.order_by("organization__name", "name", "id"):
@@ -99,9 +99,9 @@ def budget_standings(*, now: datetime) -> list[BudgetStanding]:
         budget = organization_budget(organization)
         if budget is not None:
             standing = budget_standing(budget, now=now)
-            standings.append(BudgetStanding(organization, None, standing))
+            standings.append(OwnerStanding(organization, None, standing))
         for key in keys_by_org.get(organization.id, []):
             budget = key_budget(key)
             assert budget is not None
-            standings.append(BudgetStanding(organization, key, budget_standing(budget, now=now)))
+            standings.append(OwnerStanding(organization, key, budget_standing(budget, now=now)))
     return standings

@@ -43,6 +43,8 @@ from core.errors import InsufficientQuota
 
 
 class Ledger(Protocol):
+    """The budget ledger on one database: holds, settlements, slices given back."""
+
     # Whether a worker may hold from its slices of a budget in memory
     # (`billing.services.slices`): only where a run's first insert turns its draw into its own
     # hold, in the database (Postgres's triggers).
@@ -55,7 +57,7 @@ class Ledger(Protocol):
     def holds(
         self, requests: Sequence[HoldRequest], *, now: datetime
     ) -> list[Held | InsufficientQuota]:
-        """Take each request's hold in order, in one transaction (`budget_holds`)."""
+        """Take each request's hold, in the requests' order (`budget_holds`)."""
         ...
 
     def settle(self, costs: Sequence[tuple[str, Decimal]]) -> dict[str, Decimal]:
