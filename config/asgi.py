@@ -22,6 +22,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from billing.services.holds import release_budget_slices  # noqa: E402
 from config.workers import refusal_of_this_start, stop_the_supervisor  # noqa: E402
 from core.backplane import backplane  # noqa: E402
 from core.errors import BackendUnavailable  # noqa: E402
@@ -32,7 +33,6 @@ from core.termination import on_termination  # noqa: E402
 from core.tracing import trace_requests, tracing_start, tracing_stop  # noqa: E402
 from dashboard.websockets import websocket_urlpatterns  # noqa: E402
 from gateway.api import CHAT_COMPLETIONS_PATH  # noqa: E402
-from gateway.budgets import release_budget_slices  # noqa: E402
 from gateway.coordination.shutdown import stop_generations_after  # noqa: E402
 from gateway.coordination.stop import live_generations  # noqa: E402
 from gateway.tokens import default_counter  # noqa: E402

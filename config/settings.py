@@ -96,6 +96,7 @@ INSTALLED_APPS = [
     "accounts",
     "gateway",
     "telemetry",
+    "billing",
     "replay",
     "dashboard",
 ]
@@ -232,7 +233,7 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": 10.0},  # a pass not started in time is superseded by the next
     },
     "reconcile-budget-holds": {
-        "task": "telemetry.tasks.reconcile_budget_holds",
+        "task": "billing.tasks.reconcile_budget_holds",
         "schedule": 60.0,
     },
     # Runs the writer's spool drains after a long database outage land in hours the

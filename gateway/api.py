@@ -13,6 +13,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from ninja import P, PathEx, Router
 
 from accounts.auth import api_key_auth, key_of
+from billing.selectors import budget_report
 from core.errors import Envelope
 from core.http.requests import request_id_of
 from core.http.responses import json_response
@@ -23,7 +24,6 @@ from gateway.anthropic.docs import (
     MESSAGE_DOCS,
     MESSAGE_RESPONSES,
 )
-from gateway.budgets import budget_report
 from gateway.catalog.selectors import model_list
 from gateway.contract.docs import (
     BUDGET_RESPONSES,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.core.exceptions import ValidationError
 from django.db import models
 
+from billing.costs import Prices
 from gateway.catalog.upstream_urls import upstream_url_problem
-from telemetry.costs import Prices
 
 
 class Deployment(models.Model):

@@ -78,13 +78,14 @@ class Run(models.Model):
 
     cached_tokens = models.PositiveIntegerField(null=True)
     cost = models.DecimalField(max_digits=18, decimal_places=9, null=True)
-    # The budget ledger (issue 14): what was held before generation and charged after, in USD
-    # to the micro-dollar; null for a run no budget applied to (or refused before its hold).
+    # What the budget ledger (the billing app) held before generation and charged after, in
+    # USD to the micro-dollar; null for a run no budget applied to (or refused before its hold).
     held_usd = models.DecimalField(max_digits=14, decimal_places=6, null=True)
     charged_usd = models.DecimalField(max_digits=14, decimal_places=6, null=True)
-    # A hold drawn from its worker's slice of the budgets (`gateway.budget_slices`): the
+    # A hold drawn from its worker's slice of the budgets (`billing.services.slices`): the
     # slice's id, and the part of `held_usd` that paid for the prompt. The row's insert moves
-    # the draw from the slice to the run's own hold, in Postgres (migration 0018).
+    # the draw from the slice to the run's own hold, in Postgres (billing's triggers on this
+    # table).
     budget_slice = models.CharField(max_length=64, null=True)
     held_prompt_usd = models.DecimalField(max_digits=14, decimal_places=6, null=True)
 
@@ -334,60 +335,6 @@ class RunImage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}#{self.position}"
-
-
-class BudgetSpend(models.Model):
-    """One budget's ledger for one period: what was charged and what is held right now.
-
-    A budget belongs to an organization or a key (`owner`, `owner_id`); a row per period
-    (`period_start`: the UTC day, the first of the month, or 1970-01-01 for `total`), created
-    by the first hold of that period. Holds and charges change it only under a row lock
-    (`telemetry.services.budgets`), so `spent_usd + held_usd` never passes the budget.
-    """
-
-    class Owner(models.TextChoices):
-        ORGANIZATION = "organization"
-        KEY = "key"
-
-    owner = models.CharField(max_length=16, choices=Owner.choices)
-    owner_id = models.BigIntegerField()
-    period = models.CharField(max_length=8)
-    period_start = models.DateField()
-    spent_usd = models.DecimalField(max_digits=14, decimal_places=6, default=0)
-    held_usd = models.DecimalField(max_digits=14, decimal_places=6, default=0)
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(
-                fields=["owner", "owner_id", "period", "period_start"], name="budget_spend_unique"
-            )
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.owner} {self.owner_id} {self.period} {self.period_start}"
-
-
-class BudgetHold(models.Model):
-    """A run's hold on its budgets until it is charged; deleted when it is settled.
-
-    A worker killed mid-generation never settles its holds: past `expires_at` the
-    reconciliation (`budget_holds_reconcile`) charges them from the run's stored usage.
-    """
-
-    run_id = models.CharField(max_length=40, primary_key=True)
-    organization_spend = models.ForeignKey(
-        BudgetSpend, on_delete=models.CASCADE, null=True, related_name="+"
-    )
-    key_spend = models.ForeignKey(
-        BudgetSpend, on_delete=models.CASCADE, null=True, related_name="+"
-    )
-    amount_usd = models.DecimalField(max_digits=14, decimal_places=6)
-    # What the prompt alone costs: charged for a run that left no usage behind.
-    prompt_usd = models.DecimalField(max_digits=14, decimal_places=6)
-    expires_at = models.DateTimeField(db_index=True)
-
-    def __str__(self) -> str:
-        return self.run_id
 
 
 class WorkerLease(models.Model):

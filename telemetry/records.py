@@ -7,9 +7,12 @@ from typing import NamedTuple
 
 
 class BudgetDraw(NamedTuple):
-    """What a run drew from its worker's slice of its budgets (`gateway.budget_slices`): part of
-    the run's opened row (`budget_slice`, `held_usd`, `held_prompt_usd`), whose first insert
-    turns it into the run's own hold, in Postgres (telemetry migration 0018)."""
+    """What a run drew from its worker's slice of its budgets (`billing.services.slices`): part
+    of the run's opened row (`budget_slice`, `held_usd`, `held_prompt_usd`), whose first insert
+    turns it into the run's own hold, in Postgres (the billing app's triggers on the run table).
+
+    Here, below billing, because the run writer reads it back from spooled rows of workers
+    from before the draw was part of the run's fields."""
 
     run_id: str
     slice_id: str

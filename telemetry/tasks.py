@@ -1,5 +1,5 @@
-"""Celery tasks of the run store: the retention purge, the hourly usage rollups, the
-reconciliation of budget holds whose worker died, and the closing of a dead worker's runs.
+"""Celery tasks of the run store: the retention purge, the hourly usage rollups and the closing
+of a dead worker's runs.
 
 Beat runs them (`CELERY_BEAT_SCHEDULE` in config/settings.py). Each takes simple arguments,
 calls one service and is safe to run twice, or twice at once: the purge is idempotent, the
@@ -9,12 +9,9 @@ connection is retried a bounded number of times.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
-from telemetry.services.budgets import budget_holds_reconcile
 from telemetry.services.interruptions import runs_interrupt_orphaned
 from telemetry.services.retention import runs_purge_expired
 from telemetry.services.rollups import usage_rollups_catch_up
@@ -40,12 +37,6 @@ def purge_expired_runs(organization_id: int | None = None) -> dict[str, int]:
 def rollup_usage(hours: int = 2) -> dict[str, int]:
     """Recompute the rollups of the hours touched in the last `hours`, or since the last run."""
     return usage_rollups_catch_up(hours=hours).as_dict()
-
-
-@retried_task
-def reconcile_budget_holds() -> int:
-    """Charge and release the budget holds that expired (their worker died mid-generation)."""
-    return budget_holds_reconcile(now=datetime.now(UTC))
 
 
 @retried_task

@@ -8,7 +8,7 @@ budgets, in memory; the ledger's thread, batched, only for the first hold and ea
 `x-ratelimit-*` headers, the generation (one loop pass), the charge and the usage counted
 against the token limits. CONCURRENCY requests interleave on one event loop (uvloop, as `make
 serve` runs). The draw from the slice and the settlement are not here: the run's own insert and
-update take them, in Postgres (triggers, telemetry migration 0018), so they cost this process
+update take them, in Postgres (triggers on the run table), so they cost this process
 two more columns in the run's row; `make bench` counts Postgres's CPU beside Mortar's.
 
 Prints the process's CPU per request (process time: every thread) less the same loop doing
@@ -49,12 +49,13 @@ from django.db import connection  # noqa: E402
 
 from accounts.models import ApiKey, Organization  # noqa: E402
 from bench.harness.results import recorded  # noqa: E402
+from billing.costs import Prices, usage_cost  # noqa: E402
+from billing.services.holds import hold_for  # noqa: E402
+from billing.services.ratelimits import count_usage  # noqa: E402
 from core.backplane import backplane  # noqa: E402
-from gateway.budgets import hold_for  # noqa: E402
-from gateway.pipeline.limits import count_usage, rate_limits_check  # noqa: E402
+from gateway.pipeline.limits import rate_limits_check  # noqa: E402
 from gateway.pipeline.plan import Plan  # noqa: E402
 from gateway.pipeline.surface import CHAT_COMPLETIONS  # noqa: E402
-from telemetry.costs import Prices, usage_cost  # noqa: E402
 
 PRICES = Prices(input=Decimal("0.20"), cached_input=Decimal("0.05"), output=Decimal("0.60"))
 PROMPT, COMPLETION, MAX_TOKENS = 420, 180, 1024

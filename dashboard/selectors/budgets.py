@@ -1,4 +1,5 @@
-"""Spend against budget for every organization and key that has one (issue 14)."""
+"""Spend against budget for every organization and key that has one, as the Budgets page
+shows it (the standings: `billing.selectors`)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
-from accounts.models import ApiKey, Organization
-from telemetry.models import BudgetSpend
-from telemetry.services.budgets import Budget, Standing, budget_standing
+from billing.records import Standing
+from billing.selectors import budget_standings
 
 
 @dataclass(frozen=True)
@@ -32,33 +32,12 @@ class BudgetRow:
 
 def budget_rows(*, now: datetime) -> list[BudgetRow]:
     """Every organization's budget, each followed by its keys' budgets."""
-    rows: list[BudgetRow] = []
-    keys = ApiKey.objects.filter(budget_usd__isnull=False).select_related("organization")
-    keys_by_org: dict[int, list[ApiKey]] = {}
-    for key in keys.order_by("organization__name", "name", "id"):
-        keys_by_org.setdefault(key.organization_id, []).append(key)
-    organizations = Organization.objects.filter(id__in=keys_by_org) | Organization.objects.filter(
-        budget_usd__isnull=False
-    )
-    for organization in organizations.order_by("name"):
-        if organization.budget_usd is not None:
-            budget = Budget(
-                BudgetSpend.Owner.ORGANIZATION,
-                organization.id,
-                organization.budget_usd,
-                organization.budget_period,
-            )
-            standing = budget_standing(budget, now=now)
-            rows.append(BudgetRow("organization", organization.name, organization.name, standing))
-        for key in keys_by_org.get(organization.id, []):
-            assert key.budget_usd is not None
-            budget = Budget(BudgetSpend.Owner.KEY, key.id, key.budget_usd, key.budget_period)
-            rows.append(
-                BudgetRow(
-                    "key",
-                    f"{key.name or 'key'} ({key.prefix}…)",
-                    organization.name,
-                    budget_standing(budget, now=now),
-                )
-            )
+    rows = []
+    for owned in budget_standings(now=now):
+        organization, key = owned.organization.name, owned.key
+        if key is None:
+            rows.append(BudgetRow("organization", organization, organization, owned.standing))
+        else:
+            name = f"{key.name or 'key'} ({key.prefix}…)"
+            rows.append(BudgetRow("key", name, organization, owned.standing))
     return rows

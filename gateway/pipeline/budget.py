@@ -1,9 +1,9 @@
 """Hold the request's cost on its budgets before generation, or release the hold unused.
 
-Issue 14: after counting and planning the output cap, before dedupe and generation (PRODUCT.md,
-"Decisions for the second wave"), hold the prompt and the whole output cap at the model's
-prices; a budget that cannot pay the whole cap lowers it — so output stops when its cost
-reaches the hold — and one that cannot pay the prompt and one token refuses with 402.
+After counting and planning the output cap, before dedupe and generation, the prompt and the
+whole output cap are held at the model's prices (`billing.services.holds`); a budget that cannot
+pay the whole cap lowers it — so output stops when its cost reaches the hold — and one that
+cannot pay the prompt and one token refuses with 402.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from accounts.models import ApiKey
-from gateway.budgets import hold_for
+from billing.services.holds import hold_for
 from gateway.pipeline.plan import Plan
 from telemetry.recording import RunRecorder
 

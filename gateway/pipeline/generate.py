@@ -9,6 +9,7 @@ from django.conf import settings
 from django.http import HttpResponse
 
 from accounts.models import Organization
+from billing.services.ratelimits import count_usage
 from core.errors import MortarError
 from core.http.responses import EventStreamResponse
 from gateway.coordination.stop import live_generations
@@ -19,7 +20,6 @@ from gateway.models import Deployment
 from gateway.pipeline.accept import Accepted
 from gateway.pipeline.budget import release_budget
 from gateway.pipeline.finish import refuse
-from gateway.pipeline.limits import count_usage
 from gateway.pipeline.plan import Plan
 from gateway.pipeline.surface import RenderingFor
 from gateway.relay.json import json_response

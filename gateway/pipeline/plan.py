@@ -13,13 +13,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from accounts.models import Organization
+from billing.services.holds import HeldBudget
+from billing.services.ratelimits import Limited
 from core.errors import ContextLengthExceeded
 from core.http.requests import AnyRequest
 from core.tracing import step
-from gateway.budgets import HeldBudget
 from gateway.catalog.selectors import model_resolve
 from gateway.contract.chat import ChatRequest
 from gateway.contract.headers import MortarHeaders, read_mortar_headers
@@ -33,9 +33,6 @@ from gateway.tokens import TokenCounter, default_counter
 from gateway.tool_selector import ToolSelection, select_named_tool
 from telemetry.recording import RunRecorder
 from telemetry.store.records import ImageRecord
-
-if TYPE_CHECKING:
-    from gateway.pipeline.limits import Limited
 
 # Counting takes ~1 ms per 40 KB of text; above this a prompt is counted off the event loop.
 COUNT_IN_THREAD_BYTES = 256 * 1024

@@ -7,11 +7,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from billing.costs import Prices, cached_tokens_of, usage_cost
+from billing.services.holds import HeldBudget
 from core.flags import Flag
-from gateway.budgets import HeldBudget
 from gateway.generation.reply import Deltas, Generation
 from gateway.relay.rendering import Rendering
-from telemetry.costs import Prices, cached_tokens_of, usage_cost
 from telemetry.models import Run
 from telemetry.recording import RunRecorder
 from telemetry.store.records import RunOutcome

@@ -60,7 +60,7 @@ def write_rows(
     # having failed, for `drop_broken_connection`).
     with connection.wrap_database_errors:
         # The runs' budget draws and charges are taken by the inserts and updates themselves
-        # (triggers: telemetry migration 0018), not by statements of their own: a draw with
+        # (the billing app's triggers on the run table), not by statements of their own: a draw with
         # its run's first insert, never again on a replay.
         write(
             connection.connection,

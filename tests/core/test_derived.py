@@ -6,9 +6,9 @@ from __future__ import annotations
 from decimal import Decimal
 
 from accounts.models import ApiKey, Organization
+from billing.budgets import budgets_for
+from billing.services.ratelimits import limits_of
 from core.derived import PerObject
-from gateway.budgets import budgets_for
-from gateway.pipeline.limits import limits_of
 
 
 def test_a_value_is_derived_once_per_object_and_again_for_an_equal_new_one() -> None:

@@ -12,8 +12,8 @@ from django.test import Client
 
 from accounts.models import Organization
 from accounts.services import key_create
-from telemetry.models import BudgetSpend
-from telemetry.services.budgets import TOTAL_PERIOD_START, period_start
+from billing.budgets import TOTAL_PERIOD_START, period_start
+from billing.models import BudgetSpend
 
 pytestmark = pytest.mark.django_db
 

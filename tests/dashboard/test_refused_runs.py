@@ -10,8 +10,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from accounts.models import ApiKey
+from tests.billing.test_rate_limits import ask, limited_tenant
 from tests.conftest import wait_for_run
-from tests.gateway.test_rate_limits import ask, limited_tenant
 from tests.support.budgets import budget_tenant, complete
 from tests.support.servers import ServerProcess
 

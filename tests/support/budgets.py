@@ -22,7 +22,7 @@ from django.db import connection
 
 from accounts.models import ApiKey, Organization
 from accounts.services import key_create
-from telemetry.models import BudgetHold, BudgetSpend
+from billing.models import BudgetHold, BudgetSpend
 from tests.conftest import wait_for_run
 from tests.support.servers import ServerProcess
 from tests.support.waiting import wait_until

@@ -14,9 +14,10 @@ import pytest
 from django.db import connection, transaction
 
 from accounts.models import Organization
-from telemetry.costs import Prices
+from billing.budgets import Budget
+from billing.costs import Prices
+from billing.services.ledger import budget_hold, budget_holds_reconcile
 from telemetry.models import Run, RunChunk, WorkerLease
-from telemetry.services.budgets import Budget, budget_hold, budget_holds_reconcile
 from telemetry.services.interruptions import (
     UNOWNED_AFTER,
     WORKER_INTERRUPTED,

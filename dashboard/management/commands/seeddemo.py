@@ -17,8 +17,8 @@ from django.utils import timezone
 
 from accounts.models import ApiKey, Organization
 from accounts.services import key_create
+from billing.costs import Prices, usage_cost
 from gateway.models import CatalogModel, Deployment
-from telemetry.costs import Prices, usage_cost
 from telemetry.models import Run
 from telemetry.services.rollups import usage_rollups_refresh
 

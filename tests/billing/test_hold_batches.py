@@ -18,16 +18,16 @@ import pytest
 from django.db import connection
 
 from accounts.models import ApiKey, Organization
+from billing.costs import Prices
+from billing.models import BudgetHold, BudgetSpend
+from billing.services.holds import LEDGER_THREADS, HeldBudget, hold_for
 from core.errors import InsufficientQuota
-from gateway.budgets import LEDGER_THREADS, HeldBudget, hold_for
-from telemetry.costs import Prices
-from telemetry.models import BudgetHold, BudgetSpend
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
 
 PRICES = Prices(input=Decimal("3.7"), output=Decimal("11.3"))  # per million tokens
 WHOLE_HOLD = Decimal("0.003813")
-# Above any real id, and above the ids test_budget_ledger.py uses (10**12, 10**12 + 1).
+# Above any real id, and above the ids the ledger's other tests use (10**12 and a few more).
 OWNER_IDS_FROM = 2 * 10**12  # 1000 prompt tokens and 10 output tokens, rounded up
 
 

@@ -1,4 +1,4 @@
-"""Budgets with holds (issue 14): exactly what a budget can pay for, then 402; exact across two
+"""Budgets with holds: exactly what a budget can pay for, then 402; exact across two
 worker processes; a killed worker's hold reconciled; `GET /v1/budget` agrees with the charges.
 
 Prices are set so the scripted model's example request costs a known amount: "What does
@@ -19,9 +19,11 @@ import orjson
 import pytest
 from django.db.models import Q, Sum
 
-from telemetry.models import BudgetHold, BudgetSpend, Run
-from telemetry.services.budgets import TOTAL_PERIOD_START, budget_holds_reconcile
-from telemetry.tasks import reconcile_budget_holds
+from billing.budgets import TOTAL_PERIOD_START
+from billing.models import BudgetHold, BudgetSpend
+from billing.services.ledger import budget_holds_reconcile
+from billing.tasks import reconcile_budget_holds
+from telemetry.models import Run
 from tests.conftest import _server_env, wait_for_run
 from tests.support.budgets import (
     EXAMPLE_USD,

@@ -1,8 +1,9 @@
-"""Budgets on the request path (issue 14): hold before generation, charge when the run ends.
+"""Budgets on the request path: hold before generation, charge when the run ends.
 
-The ledger itself is `telemetry.services.budgets`; this module decides which budgets a request
-must fit (its organization's and its key's) and takes the hold off the event loop. When the run
-closes, its charge is part of its outcome, and the run writer settles the hold in the commit
+The ledger itself is `billing.ledger`; this module takes a request's hold on the budgets it
+must fit (`billing.budgets.budgets_for`) off the event loop — from the worker's slice of them
+in memory where it can (`billing.services.slices`), else from the ledger, batched. When the run
+closes, its charge is part of its outcome, and the run's store settles the hold in the commit
 that stores it. A settlement that never happens (the worker died) is not lost: the hold expires
 and `budget_holds_reconcile` charges it from the run's stored usage.
 """
@@ -21,25 +22,16 @@ from decimal import Decimal
 from django.db import DatabaseError
 
 from accounts.models import ApiKey
-from core.db import database_call_on, database_read
-from core.derived import PerObject
+from billing.budgets import budgets_for
+from billing.costs import Prices, charge_for
+from billing.ledger import ledger
+from billing.records import Held, HoldRequest
+from billing.services.ledger import budget_holds, budget_slice_release
+from billing.services.slices import BudgetSlices
+from core.db import database_call_on
 from core.errors import BackendUnavailable, InsufficientQuota
 from core.loops import PerLoop
-from gateway.budget_slices import BudgetSlices, slices_enabled
-from telemetry.costs import Prices
-from telemetry.models import BudgetSpend
 from telemetry.records import BudgetDraw
-from telemetry.services.budgets import (
-    Budget,
-    Held,
-    HoldRequest,
-    Standing,
-    budget_holds,
-    budget_slice_release,
-    budget_standing,
-    charge_for,
-    to_micro,
-)
 
 logger = logging.getLogger(__name__)
 
@@ -53,28 +45,6 @@ LEDGER_THREADS = ThreadPoolExecutor(1, thread_name_prefix="mortar-ledger")
 HOLD_MARGIN = timedelta(seconds=60)
 
 
-def _budgets_of(key: ApiKey) -> tuple[Budget, ...]:
-    budgets = []
-    organization = key.organization
-    if organization.budget_usd is not None:
-        budgets.append(
-            Budget(
-                BudgetSpend.Owner.ORGANIZATION,
-                organization.id,
-                organization.budget_usd,
-                organization.budget_period,
-            )
-        )
-    if key.budget_usd is not None:
-        budgets.append(Budget(BudgetSpend.Owner.KEY, key.id, key.budget_usd, key.budget_period))
-    return tuple(budgets)
-
-
-# The budgets a request with this key must fit, in the ledger's lock order: once per key
-# object (a changed key or organization is a new object: core.derived).
-budgets_for = PerObject(_budgets_of)
-
-
 def costs_something(prices: Prices) -> bool:
     return prices.input > 0 or prices.cached_input > 0 or prices.output > 0
 
@@ -86,13 +56,13 @@ class HeldBudget:
     run_id: str
     amount_usd: Decimal
     max_tokens: int
-    # Held from the worker's slice (`gateway.budget_slices`): the draw the run's row carries.
+    # Held from the worker's slice (`billing.services.slices`): the draw the run's row carries.
     draw: BudgetDraw | None = None
     charged_usd: Decimal | None = None
 
     def charge(self, cost: Decimal) -> Decimal:
         """What the run is charged for `cost` (capped at the hold): its `charged_usd`, which
-        the run writer settles on its budgets when it stores the run's outcome."""
+        is settled on its budgets when the run writer stores the run's outcome."""
         if self.charged_usd is None:
             self.charged_usd = charge_for(cost, self.amount_usd)
         return self.charged_usd
@@ -207,7 +177,7 @@ async def hold_for(
         return None
     expires_at = datetime.now(UTC) + timedelta(seconds=total_timeout_s) + HOLD_MARGIN
     request = HoldRequest(run_id, budgets, prompt_tokens, max_tokens, prices, expires_at)
-    if slices_enabled():
+    if ledger().slices:
         slices = budget_slices()
         from_slice = await slices.hold(request)
         if from_slice is not None:
@@ -220,33 +190,3 @@ async def hold_for(
     if isinstance(answer, InsufficientQuota):
         raise answer
     return HeldBudget(run_id=run_id, amount_usd=answer.amount_usd, max_tokens=answer.max_tokens)
-
-
-def _decimal_text(amount: Decimal) -> str:
-    return f"{to_micro(amount):f}"
-
-
-def standing_body(standing: Standing) -> dict[str, str | None]:
-    return {
-        "budget_usd": _decimal_text(standing.budget_usd),
-        "period": standing.period,
-        "spent_usd": _decimal_text(standing.spent_usd),
-        "held_usd": _decimal_text(standing.held_usd),
-        "remaining_usd": _decimal_text(standing.remaining_usd),
-        "resets_at": None
-        if standing.resets_at is None
-        else standing.resets_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
-    }
-
-
-async def budget_report(key: ApiKey) -> dict[str, dict[str, str | None] | None]:
-    """`GET /v1/budget`: the organization's and the key's budgets where they stand."""
-    now = datetime.now(UTC)
-
-    def read() -> dict[str, dict[str, str | None] | None]:
-        report: dict[str, dict[str, str | None] | None] = {"organization": None, "key": None}
-        for budget in budgets_for(key):
-            report[budget.owner] = standing_body(budget_standing(budget, now=now))
-        return report
-
-    return await database_read(read)

@@ -1,4 +1,4 @@
-"""When a worker holds from a slice and when from the ledger (`gateway.budget_slices`), against
+"""When a worker holds from a slice and when from the ledger (`billing.services.slices`), against
 the real ledger: the first hold of a budget comes from the ledger, which says how much room is
 left; with room for 100 such holds, the next ones come from one slice reserved for them all;
 near the end of a budget every hold comes from the ledger; a stopping worker gives back what
@@ -15,10 +15,10 @@ from decimal import Decimal
 import pytest
 from django.db import connection
 
-from gateway.budget_slices import SLICE_HOLDS
-from gateway.budgets import HeldBudget, budget_slices
-from telemetry.models import BudgetHold, BudgetSpend
-from tests.gateway.test_hold_batches import (
+from billing.models import BudgetHold, BudgetSpend
+from billing.services.holds import HeldBudget, budget_slices
+from billing.services.slices import SLICE_HOLDS
+from tests.billing.test_hold_batches import (
     WHOLE_HOLD,
     hold_one,
     ledger_rows_removed,

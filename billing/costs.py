@@ -1,12 +1,18 @@
-"""What a run cost: its usage at the model's prices (PRODUCT.md decision 13)."""
+"""What a run cost — its usage at the model's prices — and what it is charged for it.
+
+Prices are per million input, cached-input and output tokens; the catalog keeps them on each
+model (`gateway.models.CatalogModel.prices`). Amounts are Decimal USD; what a budget holds and
+charges is rounded up to the micro-dollar.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
 PER_MILLION = Decimal(1_000_000)
+MICRO = Decimal("0.000001")
 
 
 @dataclass(frozen=True)
@@ -33,3 +39,13 @@ def usage_cost(usage: dict[str, Any], prices: Prices) -> Decimal:
         (prompt - cached) * prices.input + cached * prices.cached_input + completion * prices.output
     )
     return total / PER_MILLION
+
+
+def to_micro(amount: Decimal) -> Decimal:
+    """Round up to the micro-dollar."""
+    return amount.quantize(MICRO, rounding=ROUND_CEILING)
+
+
+def charge_for(cost: Decimal, held: Decimal) -> Decimal:
+    """What a run is charged: its cost to the micro-dollar, never more than it held."""
+    return min(to_micro(cost), held)

@@ -1,4 +1,4 @@
-"""A worker's slices of a budget (issue 14, `gateway.budget_slices`): holds taken in memory, each
+"""A worker's slices of a budget (`billing.services.slices`): holds taken in memory, each
 run's draw turned into its own hold by the writer, what is not drawn given back, and a dead
 worker's slice released by the reconciliation — the ledger's bound kept throughout.
 
@@ -15,10 +15,13 @@ from typing import Any
 import pytest
 from django.db.models import Max, Sum
 
-from gateway.budget_slices import SLICE_IDLE_SECONDS, SWEEP_SECONDS
-from telemetry.costs import Prices
-from telemetry.models import BudgetHold, BudgetSpend, Run
-from telemetry.services.budgets import Budget, HoldRequest, budget_holds, budget_holds_reconcile
+from billing.budgets import Budget
+from billing.costs import Prices
+from billing.models import BudgetHold, BudgetSpend
+from billing.records import HoldRequest
+from billing.services.ledger import budget_holds, budget_holds_reconcile
+from billing.services.slices import SLICE_IDLE_SECONDS, SWEEP_SECONDS
+from telemetry.models import Run
 from telemetry.store.batches import write_batch
 from telemetry.store.items import RunClosed, RunOpened
 from tests.conftest import _server_env, wait_for_run

@@ -5,10 +5,9 @@ most of what spend control cost a request, in CPU and in latency (README, "Spend
 measured"). A worker now reserves a *slice* of a budget — a hold of its own in the ledger,
 counted in the budget's `held_usd` like any — and holds its requests from it in memory. Each
 run's draw travels in its opened row; the insert that first stores the run turns it into the
-run's own hold (a trigger, telemetry migration 0018), and from there the run is settled like
-any other. The ledger's bound is unchanged: a slice is held before
-anything is drawn from it, so `spent + held` never passes the budget, across any number of
-workers.
+run's own hold (a trigger on the run table, `billing/ledger/sql/`), and from there the run is
+settled like any other. The ledger's bound is unchanged: a slice is held before anything is
+drawn from it, so `spent + held` never passes the budget, across any number of workers.
 
 What a slice costs in exactness is bounded, and only near the end of a budget:
 - a slice is reserved only while the budget has room for `SLICE_MIN_HOLDS` holds like the
@@ -25,13 +24,13 @@ What a slice costs in exactness is bounded, and only near the end of a budget:
   drawn (a draw is in its run's opened row, in the writer's crash log before the model server
   has the prompt, so the worker that replays the log takes it in time).
 
-Only on Postgres: the embedded mode (SQLite, one process) holds from the ledger directly.
+Only on Postgres (`Ledger.slices`): the embedded mode (SQLite, one process) holds from the ledger
+directly.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import itertools
 import logging
 import secrets
@@ -41,19 +40,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from django.db import DatabaseError, connection
+from django.db import DatabaseError
 
+from billing.budgets import Budget, resets_at
+from billing.costs import MICRO, Prices, to_micro
+from billing.records import Held, HoldRequest
 from core.errors import InsufficientQuota
-from telemetry.costs import Prices
 from telemetry.records import BudgetDraw
-from telemetry.services.budgets import (
-    MICRO,
-    Budget,
-    Held,
-    HoldRequest,
-    resets_at,
-    to_micro,
-)
 
 logger = logging.getLogger(__name__)
 
@@ -70,13 +63,6 @@ _RESERVE_ATTEMPTS = 3
 
 _worker_tag = secrets.token_hex(6)
 _serials = itertools.count(1)
-
-
-@functools.cache
-def slices_enabled() -> bool:
-    # Once per process: the database's engine does not change, and `connection.vendor` goes
-    # through Django's per-thread connection lookup on every request.
-    return connection.vendor == "postgresql"
 
 
 def full_hold(request: HoldRequest) -> Decimal:

@@ -1,7 +1,7 @@
-"""Rate limits (issue 14) on real server processes: requests and tokens per minute on a key
-and on an organization, held jointly by two workers over Redis (and by the one process in the
-embedded mode); the 429 with `Retry-After`, OpenAI's `x-ratelimit-*` headers on refusals and
-successes; a model server's own 429 and 529."""
+"""Rate limits on real server processes: requests and tokens per minute on a key and on an
+organization, held jointly by two workers over Redis (and by the one process in the embedded
+mode); the 429 with `Retry-After`, OpenAI's `x-ratelimit-*` headers on refusals and successes.
+(A model server's own 429 and 529: tests/gateway/test_upstream_statuses.py.)"""
 
 from __future__ import annotations
 
@@ -11,11 +11,9 @@ import httpx
 import orjson
 import pytest
 
-from gateway.upstream.client import error_for_upstream_status
 from tests.conftest import CliTenant, manage, stored_bytes, wait_for_run
 from tests.support.servers import ServerProcess
 from tests.support.telemetry import Subscriber
-from tests.support.upstreams import MockPair
 
 pytestmark = pytest.mark.django_db
 
@@ -192,83 +190,3 @@ def test_on_messages_a_429_is_anthropics_rate_limit_error(mortar_server: ServerP
     assert 59 <= int(refused.headers["Retry-After"]) <= 60
     assert refused.headers["x-ratelimit-remaining-requests"] == "0"
     assert_refused_run(refused)
-
-
-@pytest.mark.parametrize("stream", [True, False], ids=["stream", "json"])
-def test_a_model_server_s_429_arrives_with_its_retry_after(
-    mortar_server: ServerProcess, new_tenant: CliTenant, upstream_models: MockPair, stream: bool
-) -> None:
-    response = post(
-        mortar_server,
-        new_tenant.secret,
-        {
-            "model": "mock-one",
-            "messages": [
-                {"role": "user", "content": "[mock fault=status status=429 retry_after=7]"}
-            ],
-            "stream": stream,
-        },
-    )
-    assert response.status_code == 429
-    assert response.headers["Retry-After"] == "7"
-    assert response.json()["error"]["code"] == "rate_limit_exceeded"
-    assert_refused_run(response)
-
-
-def test_a_model_server_s_529_is_overloaded(
-    mortar_server: ServerProcess, new_tenant: CliTenant, upstream_models: MockPair
-) -> None:
-    response = post(
-        mortar_server,
-        new_tenant.secret,
-        {
-            "model": "mock-one",
-            "messages": [{"role": "user", "content": "[mock fault=status status=529]"}],
-            "stream": False,
-        },
-    )
-    assert response.status_code == 529
-    assert response.json()["error"]["code"] == "overloaded"
-    assert "Retry-After" not in response.headers
-    run = wait_for_run(response.headers["X-Mortar-Run-Id"])
-    assert (run.status, run.http_status, run.error_code) == ("failed", 529, "overloaded")
-
-
-def test_a_model_server_s_429_without_retry_after_sends_none(
-    mortar_server: ServerProcess, new_tenant: CliTenant, upstream_models: MockPair
-) -> None:
-    response = post(
-        mortar_server,
-        new_tenant.secret,
-        {
-            "model": "mock-one",
-            "messages": [{"role": "user", "content": "[mock fault=status status=429]"}],
-            "stream": False,
-        },
-    )
-    assert response.status_code == 429
-    assert "Retry-After" not in response.headers
-
-
-HTTP_DATE = "Wed, 21 Oct 2026 07:28:00 GMT"  # a Retry-After Mortar does not pass on
-
-
-@pytest.mark.parametrize(
-    ("status", "headers", "message", "expected"),
-    [
-        (429, {"Retry-After": "7"}, "slow down", (429, "rate_limit_exceeded", 7)),
-        (429, {"Retry-After": "0.2"}, "slow down", (429, "rate_limit_exceeded", 1)),
-        (429, {"Retry-After": HTTP_DATE}, "slow down", (429, "rate_limit_exceeded", None)),
-        (529, {}, "busy", (529, "overloaded", None)),
-        (503, {}, "Engine overloaded, try later", (529, "overloaded", None)),
-        (503, {}, "down for maintenance", (502, "upstream_error", None)),
-        (400, {}, "bad top_k", (400, "upstream_error", None)),
-    ],
-    ids=["seconds", "fraction", "http-date", "529", "503-overloaded", "503", "400"],
-)  # fmt: skip
-def test_a_model_server_s_status_maps_to_mortar_s_error(
-    status: int, headers: dict[str, str], message: str, expected: tuple
-) -> None:
-    response = httpx.Response(status, headers=headers)
-    error = error_for_upstream_status(response, message)
-    assert (error.status, error.code, error.retry_after) == expected

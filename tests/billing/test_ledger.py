@@ -1,4 +1,5 @@
-"""The budget ledger's arithmetic: holds that fit or lower the cap, 402, charges, periods."""
+"""The budget ledger's arithmetic: holds that fit or lower the cap, 402, charges, releases,
+periods and standings — the same on Postgres (its SQL functions) and SQLite (its Python twin)."""
 
 from __future__ import annotations
 
@@ -7,19 +8,14 @@ from decimal import Decimal
 
 import pytest
 
+from billing.budgets import Budget, period_start, resets_at
+from billing.costs import Prices
+from billing.models import BudgetHold, BudgetSpend
+from billing.records import Held, HoldRequest
+from billing.selectors import budget_standing
+from billing.services.holds import HeldBudget
+from billing.services.ledger import budget_hold, budget_holds, budget_holds_settle
 from core.errors import InsufficientQuota
-from telemetry.costs import Prices
-from telemetry.models import BudgetHold, BudgetSpend
-from telemetry.services.budgets import (
-    Budget,
-    Held,
-    HoldRequest,
-    budget_hold,
-    budget_holds,
-    budget_holds_settle,
-    period_start,
-    resets_at,
-)
 
 pytestmark = pytest.mark.django_db
 
@@ -91,6 +87,54 @@ def test_a_charge_is_the_cost_rounded_up_never_more_than_the_hold_and_counted_on
 
     row = spend()
     assert (row.spent_usd, row.held_usd) == (Decimal("0.005048"), Decimal(0))
+
+
+def test_a_hold_released_uncharged_gives_its_whole_amount_back() -> None:
+    budget = Budget("key", KEY_ID, Decimal("1"), "total")
+    hold("run-1", budget, cap=10)
+
+    assert budget_holds_settle([("run-1", Decimal(0))]) == {"run-1": Decimal(0)}
+
+    assert not BudgetHold.objects.filter(run_id="run-1").exists()
+    row = spend()
+    assert (row.spent_usd, row.held_usd) == (Decimal(0), Decimal(0))
+
+
+def test_a_run_s_hold_is_charged_once_never_more_than_it_held() -> None:
+    held = HeldBudget(run_id="run-1", amount_usd=Decimal("0.003813"), max_tokens=10)
+
+    assert held.charge(Decimal("0.5")) == Decimal("0.003813")
+    assert held.charge(Decimal(0)) == Decimal("0.003813")  # the first charge counts
+    released = HeldBudget(run_id="run-2", amount_usd=Decimal("0.003813"), max_tokens=10)
+    assert released.charge(Decimal(0)) == Decimal(0)
+    assert released.charge(Decimal("0.001")) == Decimal(0)
+
+
+def test_a_standing_counts_the_current_period_s_charges_and_holds() -> None:
+    budget = Budget("key", KEY_ID, Decimal("1"), "day")
+    hold("run-1", budget, cap=10)  # 0.003813 each
+    hold("run-2", budget, cap=10)
+    budget_holds_settle([("run-1", Decimal("0.001"))])
+
+    today = budget_standing(budget, now=NOW)
+    assert (today.spent_usd, today.held_usd, today.remaining_usd) == (
+        Decimal("0.001"),
+        Decimal("0.003813"),
+        Decimal("0.995187"),
+    )
+    assert (today.budget_usd, today.period) == (Decimal("1"), "day")
+    assert today.resets_at == datetime(2027, 1, 1, tzinfo=UTC)
+
+    tomorrow = budget_standing(budget, now=NOW + timedelta(days=1))
+    assert (tomorrow.spent_usd, tomorrow.held_usd, tomorrow.remaining_usd) == (
+        Decimal(0),
+        Decimal(0),
+        Decimal("1"),
+    )
+    assert tomorrow.resets_at == datetime(2027, 1, 2, tzinfo=UTC)
+
+    lowered = Budget("key", KEY_ID, Decimal("0.002"), "day")  # below what was spent and held
+    assert budget_standing(lowered, now=NOW).remaining_usd == Decimal(0)
 
 
 def test_periods_start_and_reset_at_utc_midnight() -> None:

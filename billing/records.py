@@ -1,0 +1,54 @@
+"""What crosses into and out of the budget ledger: a hold asked for, a hold taken, a standing."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+from billing.budgets import Budget
+from billing.costs import PER_MILLION, Prices
+
+
+@dataclass(frozen=True)
+class HoldRequest:
+    """One request's hold to take: what it may cost, on which budgets, until when."""
+
+    run_id: str
+    budgets: Sequence[Budget]  # the organization's before the key's
+    prompt_tokens: int
+    max_tokens: int
+    prices: Prices
+    expires_at: datetime
+
+    @property
+    def prompt_cost(self) -> Decimal:
+        return self.prompt_tokens * self.prices.input / PER_MILLION
+
+    @property
+    def per_token(self) -> Decimal:
+        return self.prices.output / PER_MILLION
+
+
+@dataclass(frozen=True)
+class Held:
+    """What a hold took: the output cap it pays for, its amount, and the prompt's part; and
+    what the tightest budget had left before it (where the worker's slices start from)."""
+
+    max_tokens: int
+    amount_usd: Decimal
+    prompt_usd: Decimal
+    remaining_usd: Decimal
+
+
+@dataclass(frozen=True)
+class Standing:
+    """Where a budget stands in its current period."""
+
+    budget_usd: Decimal
+    period: str
+    spent_usd: Decimal
+    held_usd: Decimal
+    remaining_usd: Decimal
+    resets_at: datetime | None
