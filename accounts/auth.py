@@ -14,7 +14,7 @@ from ninja.security.base import AuthBase
 
 from accounts.models import ApiKey
 from core.errors import AuthenticationError, Envelope
-from core.http.requests import AnyRequest
+from core.http.requests import ApiRequest
 from core.lookups import lookup_cache
 from core.tracing import step
 
@@ -24,7 +24,7 @@ def key_digest(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()
 
 
-def presented_key(request: AnyRequest) -> str:
+def presented_key(request: ApiRequest) -> str:
     """The key in `Authorization: Bearer …` or `x-api-key`, or an empty string."""
     authorization = request.headers.get("Authorization", "").strip()
     if authorization:
@@ -34,7 +34,7 @@ def presented_key(request: AnyRequest) -> str:
     return request.headers.get("x-api-key", "").strip()
 
 
-async def authenticate(request: AnyRequest, *, style: Envelope = Envelope.OPENAI) -> ApiKey:
+async def authenticate(request: ApiRequest, *, style: Envelope = Envelope.OPENAI) -> ApiKey:
     """Return the active key presented by the request, or raise `missing_key` / `invalid_key`.
 
     Keys are cached per worker and dropped everywhere the moment any key changes
@@ -44,7 +44,7 @@ async def authenticate(request: AnyRequest, *, style: Envelope = Envelope.OPENAI
         return await _authenticate(request, style)
 
 
-async def _authenticate(request: AnyRequest, style: Envelope) -> ApiKey:
+async def _authenticate(request: ApiRequest, style: Envelope) -> ApiKey:
     secret = presented_key(request)
     if not secret:
         raise AuthenticationError(

@@ -1,5 +1,7 @@
 """The API under /v1/: every app's ninja router, assembled, with one way to render errors.
 
+The API is not in Django's URLconf: `config.asgi` serves every path under `API_PREFIX` through
+the API's own dispatch (`core.http.dispatch`), with the URL patterns `api_patterns()` gives.
 /v1/openapi.json describes every operation from its declared schemas; /v1/docs is Swagger UI on
 it, served from ninja's bundled assets (`ninja` is an installed app), so it works offline.
 """
@@ -11,6 +13,7 @@ from typing import Any
 
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
+from django.urls import URLPattern
 from ninja import NinjaAPI, Swagger
 from ninja.errors import AuthenticationError as NinjaAuthenticationError
 from ninja.errors import HttpError
@@ -34,9 +37,16 @@ from telemetry.api import router as telemetry_router
 logger = logging.getLogger(__name__)
 
 
+API_PREFIX = "/v1/"
+
+
 class MortarApi(NinjaAPI):
     """The NinjaAPI whose document also holds the schemas operations name in `openapi_extra`,
     and whose operations' temporal responses are built only when used."""
+
+    def get_root_path(self, path_params: dict[str, Any]) -> str:
+        # ninja reverses its root in Django's URLconf; the API is mounted outside it.
+        return API_PREFIX
 
     def create_temporal_response(self, request: HttpRequest) -> HttpResponse:
         return DeferredResponse(self.get_content_type())
@@ -49,6 +59,13 @@ class MortarApi(NinjaAPI):
         return document
 
 
+class MortarSwagger(Swagger):
+    """Swagger UI on the API's document, found under the API's prefix (not reversed)."""
+
+    def get_openapi_url(self, api: NinjaAPI, path_params: dict[str, Any]) -> str:
+        return API_PREFIX + (api.openapi_url or "").lstrip("/")
+
+
 api = MortarApi(
     title="Mortar",
     version="1",
@@ -56,7 +73,7 @@ api = MortarApi(
     urls_namespace="v1",
     docs_url="/docs",
     # No validator badge fetched from swagger.io: the docs work offline.
-    docs=Swagger(settings={"validatorUrl": None}),
+    docs=MortarSwagger(settings={"validatorUrl": None}),
 )
 api.add_router("/", gateway_router)
 api.add_router("/telemetry", telemetry_router)
@@ -109,3 +126,10 @@ def on_database_away(request: HttpRequest, exc: Any) -> HttpResponse:
 
 api.add_exception_handler(OperationalError, on_database_away)
 api.add_exception_handler(InterfaceError, on_database_away)
+
+
+def api_patterns() -> list[URLPattern]:
+    """The API's URL patterns, relative to `API_PREFIX`: its operations, document and docs."""
+    patterns = api.urls[0]
+    assert all(isinstance(pattern, URLPattern) for pattern in patterns)
+    return [pattern for pattern in patterns if isinstance(pattern, URLPattern)]

@@ -1,20 +1,20 @@
 """The gateway's operations under /v1/: chat completions, Messages, the model list, and Stop.
 
 Thin: each authenticates with the operation's auth, calls one function, and returns its
-response. `POST /v1/chat/completions` is also reachable through the lean ASGI dispatch
-(`core.http.asgi`), which calls this same operation. What each accepts and answers is declared
-in `gateway.contract` and `gateway.anthropic` (`docs` for what ninja cannot infer) and served in
-/v1/openapi.json. The Messages operations answer auth failures in Anthropic's envelope.
+response; the API's dispatch (`core.http.dispatch`) calls them. What each accepts and answers
+is declared in `gateway.contract` and `gateway.anthropic` (`docs` for what ninja cannot infer)
+and served in /v1/openapi.json. The Messages operations answer auth failures in Anthropic's
+envelope.
 """
 
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.http import HttpResponse, HttpResponseBase
 from ninja import P, PathEx, Router
 
 from accounts.auth import api_key_auth, key_of
 from core.errors import Envelope
-from core.http.requests import request_id_of
+from core.http.requests import ApiRequest
 from core.http.responses import json_response
 from core.ids import is_run_id
 from gateway.anthropic.docs import (
@@ -54,7 +54,7 @@ CHAT_COMPLETIONS_PATH = "/v1/chat/completions"
     response=CHAT_COMPLETION_RESPONSES,
     openapi_extra=CHAT_COMPLETION_DOCS,
 )
-async def create_chat_completion(request: HttpRequest) -> HttpResponseBase:
+async def create_chat_completion(request: ApiRequest) -> HttpResponseBase:
     """Create a chat completion: one JSON object, or a stream of server-sent events."""
     return await chat_completion(request, key_of(request))
 
@@ -70,7 +70,7 @@ async def create_chat_completion(request: HttpRequest) -> HttpResponseBase:
     openapi_extra=RERUN_DOCS,
 )
 async def rerun_run(
-    request: HttpRequest,
+    request: ApiRequest,
     run_id: PathEx[str, P(description="The run to send again: its completion's ID.")],
 ) -> HttpResponseBase:
     """Send a stored run's request again, as it was or with fields replaced, as a new run."""
@@ -79,7 +79,7 @@ async def rerun_run(
         key=key_of(request),
         overrides=request.body,
         headers=request.headers,
-        request_id=request_id_of(request),
+        request_id=request.request_id,
     )
 
 
@@ -92,7 +92,7 @@ async def rerun_run(
     response=MESSAGE_RESPONSES,
     openapi_extra=MESSAGE_DOCS,
 )
-async def create_message(request: HttpRequest) -> HttpResponseBase:
+async def create_message(request: ApiRequest) -> HttpResponseBase:
     """Create a message: one Message object, or Anthropic's stream of server-sent events."""
     return await message_create(request, key_of(request))
 
@@ -106,7 +106,7 @@ async def create_message(request: HttpRequest) -> HttpResponseBase:
     response=COUNT_TOKENS_RESPONSES,
     openapi_extra=COUNT_TOKENS_DOCS,
 )
-async def count_message_tokens(request: HttpRequest) -> HttpResponse:
+async def count_message_tokens(request: ApiRequest) -> HttpResponse:
     """Count the input tokens `POST /v1/messages` would bill for this request."""
     return json_response({"input_tokens": await message_token_count(request, key_of(request))})
 
@@ -120,7 +120,7 @@ async def count_message_tokens(request: HttpRequest) -> HttpResponse:
     openapi_extra=STOP_DOCS,
 )
 async def stop_generation(
-    request: HttpRequest,
+    request: ApiRequest,
     run_id: PathEx[
         str,
         P(description="The completion's or message's ID (`X-Mortar-Request-Id`)."),
@@ -142,7 +142,7 @@ async def stop_generation(
     summary="List models",
     response=MODELS_RESPONSES,
 )
-async def models(request: HttpRequest) -> HttpResponse:
+async def models(request: ApiRequest) -> HttpResponse:
     """List the model catalog, with each model's context window and whether it is deployed."""
     return json_response(
         {
@@ -170,7 +170,7 @@ async def models(request: HttpRequest) -> HttpResponse:
     summary="Read where the budgets stand",
     response=BUDGET_RESPONSES,
 )
-async def budget(request: HttpRequest) -> HttpResponse:
+async def budget(request: ApiRequest) -> HttpResponse:
     """The organization's and the key's budgets in their current period: spent, held by
     requests in flight, and remaining (issue 14); null where no budget is set."""
     return json_response(await budget_report(key_of(request)))

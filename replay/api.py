@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
-from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
+from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
 from ninja import P, PathEx, Router
 
 from accounts.auth import api_key_auth, key_of
@@ -23,6 +23,7 @@ from core.http.openapi import (
     json_content,
     json_text,
 )
+from core.http.requests import ApiRequest
 from core.http.responses import error_response
 from core.ids import is_run_id
 from gateway.anthropic.docs import STREAM_EVENT_NAMES
@@ -128,7 +129,7 @@ REPLAY_DOCS = {
     openapi_extra=REPLAY_DOCS,
 )
 async def replay_run(
-    request: HttpRequest,
+    request: ApiRequest,
     run_id: PathEx[str, P(description="The run's ID: its completion's or message's ID.")],
 ) -> HttpResponseBase:
     """Replay a stored run as the client received it, byte for byte."""
@@ -175,7 +176,7 @@ async def replay_run(
     return response
 
 
-def _resume_point(request: HttpRequest) -> int | None:
+def _resume_point(request: ApiRequest) -> int | None:
     """The last sequence number the client has: Last-Event-ID, or the one before `from`."""
     last_event_id = request.headers.get("Last-Event-ID")
     start = request.GET.get("from")

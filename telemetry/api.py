@@ -6,12 +6,12 @@ import contextlib
 import re
 from collections.abc import AsyncGenerator
 
-from django.http import HttpRequest
 from ninja import Router
 
 from accounts.auth import api_key_auth, key_of
 from core.errors import InvalidParameter
 from core.http.openapi import SchemaRef, error_responses, event_stream_content, json_text
+from core.http.requests import ApiRequest
 from core.http.responses import EventStreamResponse
 from telemetry.events import EVENT_TYPES, Event, latest_event_id
 from telemetry.feed import follow, telemetry_feed
@@ -78,7 +78,7 @@ STREAM_DOCS = {
     response=error_responses(400, 401, 429, 503),
     openapi_extra=STREAM_DOCS,
 )
-async def telemetry_stream(request: HttpRequest) -> EventStreamResponse:
+async def telemetry_stream(request: ApiRequest) -> EventStreamResponse:
     """Stream the organization's live events as server-sent events, resumable with
     Last-Event-ID. An organization and a key hold a limited number of streams at once (429
     `too_many_streams`, with `Retry-After`); without Redis, 503 `backend_unavailable`."""

@@ -5,10 +5,9 @@ the methods and request headers the API reads, and the response headers a page m
 exposed. The dashboard and the admin (cookie sessions) get none: the wrapper is only put in
 front of /v1/ (`config.asgi`).
 
-An ASGI wrapper rather than Django middleware (django-cors-headers): the hot route skips
-Django's middleware (the lean dispatch, `core.http.asgi`), and one wrapper answers both paths
-alike. A request without an `Origin` header (every SDK outside a browser) costs a scan of its
-header list and nothing else.
+An ASGI wrapper rather than Django middleware (django-cors-headers): the API skips Django's
+handler and its middleware (`core.http.dispatch`). A request without an `Origin` header (every
+SDK outside a browser) costs a scan of its header list and nothing else.
 """
 
 from __future__ import annotations

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
@@ -41,10 +40,9 @@ def json_response(
 class EventStreamResponse(StreamingHttpResponse):
     """A stream of server-sent events Mortar encoded itself (bytes, sent as they are).
 
-    Either HTTP path serves it: Django's handler iterates it and calls `close()` (on a worker
-    thread) once the response is over; the lean dispatch iterates it and calls `finished()`.
-    `on_finish` runs once either way, on the event loop — for a stream the client left before
-    reading it all, that is what closes its run.
+    Whoever serves it (the API's dispatch, or an in-process caller that drains it) iterates it
+    and calls `finished()` once the response is over. `on_finish` runs once, on the event loop —
+    for a stream the client left before reading it all, that is what closes its run.
     """
 
     def __init__(
@@ -59,7 +57,6 @@ class EventStreamResponse(StreamingHttpResponse):
         self["X-Accel-Buffering"] = "no"
         self.events = events
         self._on_finish: Callable[[], None] | None = on_finish
-        self._loop = asyncio.get_running_loop()
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         # The events themselves, not Django's per-part wrapper: closing what this returns
@@ -71,10 +68,6 @@ class EventStreamResponse(StreamingHttpResponse):
         on_finish, self._on_finish = self._on_finish, None
         if on_finish is not None:
             on_finish()
-
-    def close(self) -> None:
-        super().close()
-        self._loop.call_soon_threadsafe(self.finished)
 
 
 class DeferredResponse(HttpResponse):

@@ -34,7 +34,7 @@ from core.errors import (
     UpstreamError,
     envelope,
 )
-from core.http.requests import AnyRequest
+from core.http.requests import ApiRequest
 from core.loops import PerLoop
 
 logger = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ class DedupeRequest:
 
 
 def read_dedupe_request(
-    request: AnyRequest, body: bytes, *, streaming: bool
+    request: ApiRequest, body: bytes, *, streaming: bool
 ) -> DedupeRequest | None:
     """Validate `X-Mortar-Dedupe` and `Idempotency-Key`; None when dedupe isn't asked for."""
     mode = request.headers.get("X-Mortar-Dedupe", "").strip().lower()

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from accounts.models import Organization
 from core.errors import ContextLengthExceeded
-from core.http.requests import AnyRequest
+from core.http.requests import ApiRequest
 from core.tracing import step
 from gateway.budgets import HeldBudget
 from gateway.catalog.selectors import model_resolve
@@ -152,7 +152,7 @@ class Plan:
 
 
 async def plan(
-    request: AnyRequest,
+    request: ApiRequest,
     body: bytes,
     organization: Organization,
     recorder: RunRecorder,
@@ -168,7 +168,7 @@ async def plan(
 
 
 async def plan_validated(
-    request: AnyRequest,
+    request: ApiRequest,
     body: bytes,
     chat: ChatRequest,
     mortar_headers: MortarHeaders,
