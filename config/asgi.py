@@ -22,13 +22,12 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from config.api import API_PREFIX, api_patterns  # noqa: E402
+from config.api import API_PREFIX, api_dispatch  # noqa: E402
 from config.workers import refusal_of_this_start, stop_the_supervisor  # noqa: E402
 from core.backplane import backplane  # noqa: E402
 from core.errors import BackendUnavailable  # noqa: E402
 from core.http.asgi import ASGIApp, Receive, Scope, Send  # noqa: E402
 from core.http.cors import Cors  # noqa: E402
-from core.http.dispatch import ApiDispatch  # noqa: E402
 from core.lookups import lookup_cache  # noqa: E402
 from core.termination import on_termination  # noqa: E402
 from core.tracing import trace_requests, tracing_start, tracing_stop  # noqa: E402
@@ -45,11 +44,8 @@ from telemetry.writer import close_run_writer, start_run_writer  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
-api_dispatch = ApiDispatch(
-    prefix=API_PREFIX, patterns=api_patterns(), body_limit=settings.MORTAR_MAX_BODY_BYTES
-)
 # Browser clients: CORS on the API only, never on the dashboard or the admin.
-api_with_cors = Cors(api_dispatch, settings.MORTAR_CORS_ORIGINS)
+api_with_cors = Cors(api_dispatch(), settings.MORTAR_CORS_ORIGINS)
 # Traces only when an OTLP endpoint is configured; otherwise the wrapper is not there at all.
 api_app: ASGIApp = trace_requests(api_with_cors) if tracing_start() else api_with_cors
 

@@ -1,28 +1,23 @@
-"""The gateway's operations under /v1/: chat completions, Messages, the model list, and Stop.
+"""The gateway's operations under /v1/ in Mortar's envelope: chat completions, re-runs, Stop,
+the model list and the budgets. The Messages operations are Anthropic's, in
+`gateway.anthropic.api`.
 
 Thin: each authenticates with the operation's auth, calls one function, and returns its
 response; the API's dispatch (`core.http.dispatch`) calls them. What each accepts and answers
-is declared in `gateway.contract` and `gateway.anthropic` (`docs` for what ninja cannot infer)
-and served in /v1/openapi.json. The Messages operations answer auth failures in Anthropic's
-envelope.
+is declared in `gateway.contract` (`docs` for what ninja cannot infer) and served in
+/v1/openapi.json.
 """
 
 from __future__ import annotations
 
 from django.http import HttpResponse, HttpResponseBase
-from ninja import P, PathEx, Router
+from ninja import P, PathEx
 
 from accounts.auth import api_key_auth, key_of
-from core.errors import Envelope
 from core.http.requests import ApiRequest
 from core.http.responses import json_response
+from core.http.routes import ApiRouter
 from core.ids import is_run_id
-from gateway.anthropic.docs import (
-    COUNT_TOKENS_DOCS,
-    COUNT_TOKENS_RESPONSES,
-    MESSAGE_DOCS,
-    MESSAGE_RESPONSES,
-)
 from gateway.budgets import budget_report
 from gateway.catalog.selectors import model_list
 from gateway.contract.docs import (
@@ -35,13 +30,11 @@ from gateway.contract.docs import (
 )
 from gateway.contract.rerun import RERUN_DOCS, RERUN_RESPONSES
 from gateway.coordination.stop import live_generations
-from gateway.pipeline import chat_completion, message_create, message_token_count
+from gateway.pipeline import chat_completion
+from gateway.pipeline.surface import CHAT_COMPLETIONS
 from gateway.reruns import rerun
 
-router = Router(auth=api_key_auth())
-messages_auth = api_key_auth(Envelope.ANTHROPIC)
-
-CHAT_COMPLETIONS_PATH = "/v1/chat/completions"
+router = ApiRouter(auth=api_key_auth(), envelope=CHAT_COMPLETIONS.envelope)
 
 
 # The view reads the body itself (no ninja body parameter): the pipeline records a refused body
@@ -81,34 +74,6 @@ async def rerun_run(
         headers=request.headers,
         request_id=request.request_id,
     )
-
-
-@router.post(
-    "/messages",
-    auth=messages_auth,
-    operation_id="create_message",
-    tags=["Messages"],
-    summary="Create a message (Anthropic's Messages API)",
-    response=MESSAGE_RESPONSES,
-    openapi_extra=MESSAGE_DOCS,
-)
-async def create_message(request: ApiRequest) -> HttpResponseBase:
-    """Create a message: one Message object, or Anthropic's stream of server-sent events."""
-    return await message_create(request, key_of(request))
-
-
-@router.post(
-    "/messages/count_tokens",
-    auth=messages_auth,
-    operation_id="count_message_tokens",
-    tags=["Messages"],
-    summary="Count a message's input tokens",
-    response=COUNT_TOKENS_RESPONSES,
-    openapi_extra=COUNT_TOKENS_DOCS,
-)
-async def count_message_tokens(request: ApiRequest) -> HttpResponse:
-    """Count the input tokens `POST /v1/messages` would bill for this request."""
-    return json_response({"input_tokens": await message_token_count(request, key_of(request))})
 
 
 @router.post(
@@ -172,5 +137,5 @@ async def models(request: ApiRequest) -> HttpResponse:
 )
 async def budget(request: ApiRequest) -> HttpResponse:
     """The organization's and the key's budgets in their current period: spent, held by
-    requests in flight, and remaining (issue 14); null where no budget is set."""
+    requests in flight, and remaining; null where no budget is set."""
     return json_response(await budget_report(key_of(request)))

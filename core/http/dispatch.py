@@ -10,8 +10,9 @@ counted), an `ApiRequest` is built, the path is resolved against the API's own U
 dict lookup for a path without parameters), and the view — a ninja operation, with its auth
 and exception handlers — is called with it. What an API needs from middleware is done here: the
 request id on every answer, and any error answered in the route's envelope (an unknown path, a
-wrong method, an exception no handler took, an error page that is not JSON). CORS and tracing
-are ASGI wrappers around this app.
+wrong method, an exception no handler took, an error page that is not JSON), which its router
+declares (`core.http.routes`): the dispatch puts it on the request, where the API's exception
+handlers read it. CORS and tracing are ASGI wrappers around this app.
 
 Nothing here touches the database. Without Django's handler no signal closes connections, so the
 views reach the database through `core.db`, which drops a connection a restart has cut.
@@ -24,19 +25,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.http import Http404, HttpResponseBase
-from django.urls import URLPattern
 
-from core.errors import MortarError, RouteNotFound
+from core.errors import MortarError, RouteNotFound, error_for_status
 from core.http.asgi import Receive, Scope, Send, read_body, send_response
-from core.http.middleware import as_json_error, envelope_for_path, request_id_headers
+from core.http.envelopes import Envelope
 from core.http.requests import ApiRequest, RequestHeaders, request_id_from
 from core.http.responses import EventStreamResponse, error_response
+from core.http.routes import ApiRoute
 
 logger = logging.getLogger(__name__)
 
@@ -45,10 +46,19 @@ View = Callable[..., Awaitable[HttpResponseBase]]
 
 @dataclass(frozen=True)
 class Target:
-    """What a path resolved to: the view and the keyword arguments it is called with."""
+    """What a path resolved to: the view (None for no route) and the keyword arguments it is
+    called with, the envelope of its errors and the headers that carry the request id."""
 
-    view: View
+    view: View | None
+    envelope: Envelope
+    id_headers: tuple[bytes, ...]
     kwargs: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, view: View | None, envelope: Envelope) -> Target:
+        extra = envelope.request_id_header
+        names = (b"x-request-id",) if extra is None else (b"x-request-id", extra.encode())
+        return cls(view, envelope, names)
 
 
 def _as_async(view: Callable[..., Any]) -> View:
@@ -59,53 +69,93 @@ def _as_async(view: Callable[..., Any]) -> View:
     return sync_to_async(view, thread_sensitive=False)
 
 
-class ApiDispatch:
-    """Serve every path under `prefix` with the views of `patterns` (relative to it)."""
+def as_json_error(
+    request: ApiRequest, response: HttpResponseBase, envelope: Envelope
+) -> HttpResponseBase:
+    """The response, or the envelope in its place when it is an error that is not JSON (ninja's
+    405 for a wrong method, say): an API never answers with an HTML page."""
+    if response.status_code < 400 or response.get("Content-Type", "").startswith(
+        "application/json"
+    ):
+        return response
+    reason = f"{request.method} {request.path}: {response.reason_phrase}."
+    rendered = error_response(error_for_status(response.status_code, reason), envelope=envelope)
+    if response.has_header("Allow"):
+        rendered["Allow"] = response["Allow"]
+    return rendered
 
-    def __init__(self, *, prefix: str, patterns: Sequence[URLPattern], body_limit: int) -> None:
+
+class ApiDispatch:
+    """Serve every path under `prefix` with the views of `routes` (relative to it); a path no
+    route matches is answered in the envelope of the longest of `prefixes` it is under, else in
+    `envelope`."""
+
+    def __init__(
+        self,
+        *,
+        prefix: str,
+        routes: Sequence[ApiRoute],
+        prefixes: Mapping[str, Envelope],
+        envelope: Envelope,
+        body_limit: int,
+    ) -> None:
         self.prefix = prefix
         self.body_limit = body_limit
-        self._patterns = [(pattern, _as_async(pattern.callback)) for pattern in patterns]
+        self._routes = [
+            (route.pattern, Target.of(_as_async(route.pattern.callback), route.envelope))
+            for route in routes
+        ]
         # A path without parameters is one dict lookup, not a walk of the patterns — unless an
         # earlier pattern would take it first, as Django's resolver would have it.
         self._exact: dict[str, Target] = {}
-        for index, (pattern, view) in enumerate(self._patterns):
-            route = str(pattern.pattern)
+        for index, (pattern, target) in enumerate(self._routes):
+            path = str(pattern.pattern)
             if pattern.pattern.converters or any(
-                earlier.resolve(route) for earlier, _ in self._patterns[:index]
+                earlier.resolve(path) for earlier, _ in self._routes[:index]
             ):
                 continue
-            self._exact.setdefault(prefix + route, Target(view, dict(pattern.default_args)))
+            found = replace(target, kwargs=dict(pattern.default_args))
+            self._exact.setdefault(prefix + path, found)
+        self._unknown = [
+            (prefix + under, Target.of(None, envelope))
+            for under, envelope in sorted(prefixes.items(), key=lambda item: -len(item[0]))
+        ]
+        self._unknown_elsewhere = Target.of(None, envelope)
 
-    def resolve(self, path: str) -> Target | None:
-        """The view for `path` and its path parameters, as Django's resolver gives them."""
+    def resolve(self, path: str) -> Target:
+        """The view for `path` and its path parameters, as Django's resolver gives them; for a
+        path no route matches, no view and the envelope it is answered in."""
         found = self._exact.get(path)
-        if found is not None or not path.startswith(self.prefix):
+        if found is not None:
             return found
-        relative = path[len(self.prefix) :]
-        for pattern, view in self._patterns:
-            match = pattern.resolve(relative)
-            if match is not None:
-                return Target(view, match.kwargs)
-        return None
+        relative = path[len(self.prefix) :] if path.startswith(self.prefix) else None
+        if relative is not None:
+            for pattern, target in self._routes:
+                match = pattern.resolve(relative)
+                if match is not None:
+                    return replace(target, kwargs=match.kwargs)
+        for under, unknown in self._unknown:
+            if path == under or path.startswith(under + "/"):
+                return unknown
+        return self._unknown_elsewhere
 
-    async def respond(self, request: ApiRequest, target: Target | None) -> HttpResponseBase:
+    async def respond(self, request: ApiRequest, target: Target) -> HttpResponseBase:
+        envelope = target.envelope
         try:
-            if target is None:
+            if target.view is None:
                 raise Http404
             response = await target.view(request, **target.kwargs)
         except Http404:
             response = error_response(
                 RouteNotFound(f"There is no route {request.method} {request.path}."),
-                style=envelope_for_path(request.path),
+                envelope=envelope,
             )
         except Exception:
             logger.exception("%s %s failed", request.method, request.path)
             response = error_response(
-                MortarError("The server failed to answer this request."),
-                style=envelope_for_path(request.path),
+                MortarError("The server failed to answer this request."), envelope=envelope
             )
-        return as_json_error(request.method, request.path, response)
+        return as_json_error(request, response, envelope)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = RequestHeaders(scope["headers"])
@@ -115,6 +165,7 @@ class ApiDispatch:
             return  # the client left mid-body: nothing was accepted
         body, size = received
         path = scope["path"]
+        target = self.resolve(path)
         request = ApiRequest(
             method=scope["method"],
             path=path,
@@ -123,8 +174,8 @@ class ApiDispatch:
             headers=headers,
             request_id=request_id,
             query_string=scope.get("query_string", b""),
+            envelope=target.envelope,
         )
-        target = self.resolve(path)
 
         task = asyncio.current_task()
         assert task is not None
@@ -145,7 +196,8 @@ class ApiDispatch:
         response: HttpResponseBase | None = None
         try:
             response = await self.respond(request, target)
-            await send_response(response, send, request_id_headers(path, request_id))
+            value = request_id.encode("latin-1")
+            await send_response(response, send, [(name, value) for name in target.id_headers])
         except asyncio.CancelledError:
             if not client_left:
                 raise  # the server is shutting down

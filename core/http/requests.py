@@ -14,6 +14,7 @@ from typing import Any, TypeVar, overload
 
 from django.http import QueryDict
 
+from core.http.envelopes import MORTAR_ENVELOPE, Envelope
 from core.ids import new_hex_id
 
 _CLIENT_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
@@ -66,6 +67,7 @@ class ApiRequest:
         "auth",
         "body",
         "body_size",
+        "envelope",
         "headers",
         "method",
         "path",
@@ -83,6 +85,7 @@ class ApiRequest:
         headers: RequestHeaders,
         request_id: str,
         query_string: bytes = b"",
+        envelope: Envelope = MORTAR_ENVELOPE,
     ):
         self.method = method
         self.path = path
@@ -91,6 +94,8 @@ class ApiRequest:
         self.headers = headers
         self.request_id = request_id
         self.query_string = query_string
+        # The envelope of the route's errors, for the API's exception handlers.
+        self.envelope = envelope
         self._query: QueryDict | None = None
         self.auth: Any = None
 

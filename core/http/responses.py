@@ -8,21 +8,22 @@ from typing import Any
 import orjson
 from django.http import HttpResponse, StreamingHttpResponse
 
-from core.errors import Envelope, MortarError, envelope
+from core.errors import MortarError
+from core.http.envelopes import MORTAR_ENVELOPE, Envelope
 
 
 def error_response(
     error: MortarError,
     headers: dict[str, str] | None = None,
     *,
-    style: Envelope | None = None,
+    envelope: Envelope = MORTAR_ENVELOPE,
 ) -> HttpResponse:
-    """The error in its envelope, with its status (PRODUCT.md decision 3), and `Retry-After`
-    when it says when to come back."""
+    """The error in the route's envelope, with its status, and `Retry-After` when it says when
+    to come back."""
     if error.retry_after is not None:
         headers = {**(headers or {}), "Retry-After": str(error.retry_after)}
     return HttpResponse(
-        orjson.dumps(envelope(error, style)),
+        orjson.dumps(envelope.body(error)),
         status=error.status,
         content_type="application/json",
         headers=headers,

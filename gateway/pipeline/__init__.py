@@ -96,7 +96,7 @@ async def complete(
     try:
         response = await generate(decided, accepted, organization, recorder)
     except BaseException:
-        await claim.abandon(surface.style)
+        await claim.abandon(surface.envelope)
         raise
     assert isinstance(response, HttpResponse)  # dedupe is for non-streaming requests only
     await claim.answer(response)

@@ -16,8 +16,10 @@ from typing import Any
 
 import orjson
 
-from core.errors import Envelope, InvalidParameter, UnsupportedSurface
+from core.errors import InvalidParameter, InvalidRequest
+from core.http.envelopes import MORTAR_ENVELOPE, Envelope
 from core.ids import COMPLETION_ID_PREFIX, MESSAGE_ID_PREFIX
+from gateway.anthropic.envelope import ANTHROPIC_ENVELOPE
 from gateway.anthropic.rendering import MessagesRendering, chat_usage_of_message
 from gateway.anthropic.validation import validate_messages_request
 from gateway.contract.chat import ChatRequest
@@ -31,6 +33,13 @@ ROUTES = {
     CatalogModel.Surfaces.OPENAI: "POST /v1/chat/completions",
     CatalogModel.Surfaces.ANTHROPIC: "POST /v1/messages",
 }
+
+
+class UnsupportedSurface(InvalidRequest):
+    """A model sent to a route that does not serve it: a 400 naming the route that does. Not
+    `model_not_available`, which is Mortar's 503 for a model that is listed but not deployed."""
+
+    code = "unsupported_surface"
 
 
 @dataclass(frozen=True)
@@ -52,7 +61,9 @@ class Surface:
 
     name: str
     id_prefix: str  # the run id (and the completion's or message's id) is this + 24 hex
-    style: Envelope
+    # The envelope of its errors: the one its route declares, and the one a refusal, a failed
+    # generation and a shared answer's error are written in.
+    envelope: Envelope
     validate: Callable[[bytes], ChatRequest]
     # Whether `stream` left out streams (Mortar's chat default, PRODUCT.md decision 1) or not
     # (Anthropic's).
@@ -68,8 +79,8 @@ class Surface:
         return ROUTES[CatalogModel.Surfaces(self.name)]
 
     def admit(self, model: CatalogModel, chat: ChatRequest) -> None:
-        """Refuse a model this surface does not serve (Arkor, "Routes": 400, naming the route
-        that does serve it), and images a model cannot see where they are not dropped."""
+        """Refuse a model this surface does not serve (400, naming the route that does serve
+        it), and images a model cannot see where they are not dropped."""
         if not model.serves(self.name):
             other = ROUTES[CatalogModel.Surfaces(model.surfaces)]
             raise UnsupportedSurface(
@@ -121,7 +132,7 @@ def _chat_usage(body: bytes) -> dict[str, Any] | None:
 CHAT_COMPLETIONS = Surface(
     name=CatalogModel.Surfaces.OPENAI,
     id_prefix=COMPLETION_ID_PREFIX,
-    style=Envelope.OPENAI,
+    envelope=MORTAR_ENVELOPE,
     validate=validate,
     streams_by_default=True,
     rendering=_chat_rendering,
@@ -131,7 +142,7 @@ CHAT_COMPLETIONS = Surface(
 MESSAGES = Surface(
     name=CatalogModel.Surfaces.ANTHROPIC,
     id_prefix=MESSAGE_ID_PREFIX,
-    style=Envelope.ANTHROPIC,
+    envelope=ANTHROPIC_ENVELOPE,
     validate=validate_messages_request,
     streams_by_default=False,
     rendering=_messages_rendering,

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.flags import Flag
+from core.http.envelopes import Envelope
 from gateway.budgets import HeldBudget
 from gateway.generation.reply import Deltas, Generation
 from gateway.relay.rendering import Rendering
@@ -30,6 +31,8 @@ class Relay:
     generation: Generation
     # The bytes of the reply, in the dialect of the surface that asked (chat or Messages).
     rendering: Rendering
+    # The envelope of an error, as the surface's route writes it.
+    envelope: Envelope
     recorder: RunRecorder
     prompt_tokens: int
     headers: dict[str, str]

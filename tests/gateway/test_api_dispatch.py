@@ -1,6 +1,7 @@
 """The API's one way in (`core.http.dispatch`), on real server processes.
 
-Every /v1/ route — each of the API's URL patterns — is answered without Django's middleware: no
+Each route answers in the envelope its router declares, whatever made the answer. Every /v1/
+route — each of the API's URL patterns — is answered without Django's middleware: no
 session or CSRF cookie, no `Vary: Cookie`, none of the security and clickjacking headers, while
 the dashboard, on Django's handler, keeps them. The same application on daphne answers the
 bad-input table, a completion, a stream, a hang-up and a replay as it does on uvicorn: the
@@ -18,7 +19,11 @@ import openai
 import orjson
 import pytest
 
-from config.api import API_PREFIX, api_patterns
+from config.api import API_PREFIX, api, api_patterns
+from core.http.envelopes import MORTAR_ENVELOPE
+from core.http.routes import api_routes
+from gateway.anthropic.envelope import ANTHROPIC_ENVELOPE
+from replay.envelope import FLAT_ENVELOPE
 from telemetry.models import Run
 from tests.conftest import Tenant, _server_env, stored_bytes, wait_for_run
 from tests.gateway.test_bad_input import CASES, BadRequest, post
@@ -100,6 +105,82 @@ def test_the_dashboard_keeps_djangos_middleware(mortar_server: ServerProcess) ->
     assert response.headers["x-frame-options"] == "DENY"
     assert set(DJANGO_MIDDLEWARE_HEADERS) <= set(response.headers)
     assert REQUEST_ID.fullmatch(response.headers["x-request-id"])
+
+
+def test_each_pattern_has_the_envelope_its_router_declares() -> None:
+    envelopes = {
+        str(route.pattern.pattern): route.envelope
+        for route in api_routes(api_patterns(), api.mounts, MORTAR_ENVELOPE)
+    }
+
+    assert envelopes == {
+        "openapi.json": MORTAR_ENVELOPE,
+        "docs": MORTAR_ENVELOPE,
+        "chat/completions": MORTAR_ENVELOPE,
+        "chat/completions/runs/<run_id>/rerun": MORTAR_ENVELOPE,
+        "generations/<run_id>/stop": MORTAR_ENVELOPE,
+        "models": MORTAR_ENVELOPE,
+        "budget": MORTAR_ENVELOPE,
+        "messages": ANTHROPIC_ENVELOPE,
+        "messages/count_tokens": ANTHROPIC_ENVELOPE,
+        "telemetry/stream": MORTAR_ENVELOPE,
+        "chat/completions/runs/<run_id>": FLAT_ENVELOPE,
+        "": MORTAR_ENVELOPE,
+    }
+
+
+def mortar_error(body: Any) -> str:
+    assert list(body) == ["error"] and sorted(body["error"]) == ["code", "message", "param", "type"]
+    return str(body["error"]["code"])
+
+
+def anthropic_error(body: Any) -> str:
+    assert list(body) == ["type", "error"] and sorted(body["error"]) == ["message", "type"]
+    return str(body["error"]["type"])
+
+
+def flat_error(body: Any) -> str:
+    assert sorted(body) == ["code", "error"] and isinstance(body["error"], str)
+    return str(body["code"])
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "read", "expected"),
+    [
+        ("POST", "/v1/chat/completions/runs/chatcmpl-0", 405, flat_error, "method_not_allowed"),
+        ("GET", "/v1/chat/completions/runs/chatcmpl-0/x", 404, mortar_error, "not_found"),
+        (
+            "GET",
+            "/v1/chat/completions/runs/chatcmpl-0/rerun",
+            405,
+            mortar_error,
+            "method_not_allowed",
+        ),
+        ("GET", "/v1/messages/count_tokens", 405, anthropic_error, "invalid_request_error"),
+        ("GET", "/v1/messages/count_tokens/x", 404, anthropic_error, "not_found_error"),
+        ("GET", "/v1/messagesx", 404, mortar_error, "not_found"),
+        ("POST", "/v1/telemetry/stream", 405, mortar_error, "method_not_allowed"),
+        ("GET", "/v1/telemetry/x", 404, mortar_error, "not_found"),
+        ("GET", "/v1/", 404, mortar_error, "not_found"),
+    ],
+)
+def test_an_answer_no_operation_made_is_in_its_routers_envelope(
+    mortar_server: ServerProcess,
+    method: str,
+    path: str,
+    status: int,
+    read: Any,
+    expected: str,
+) -> None:
+    response = httpx.request(method, f"{mortar_server.base_url}{path}", timeout=30)
+
+    assert response.status_code == status
+    assert response.headers["content-type"] == "application/json"
+    assert read(response.json()) == expected
+    assert ("allow" in response.headers) == (status == 405)
+    assert (response.headers.get("request-id") == response.headers["x-request-id"]) == (
+        read is anthropic_error
+    )
 
 
 @pytest.fixture(scope="module")
