@@ -33,6 +33,7 @@ from core.termination import on_termination  # noqa: E402
 from core.tracing import trace_requests, tracing_start, tracing_stop  # noqa: E402
 from dashboard.websockets import websocket_urlpatterns  # noqa: E402
 from gateway.budgets import release_budget_slices  # noqa: E402
+from gateway.contract import cors  # noqa: E402
 from gateway.coordination.shutdown import stop_generations_after  # noqa: E402
 from gateway.coordination.stop import live_generations  # noqa: E402
 from gateway.tokens import default_counter  # noqa: E402
@@ -45,7 +46,13 @@ from telemetry.writer import close_run_writer, start_run_writer  # noqa: E402
 logger = logging.getLogger(__name__)
 
 # Browser clients: CORS on the API only, never on the dashboard or the admin.
-api_with_cors = Cors(api_dispatch(), settings.MORTAR_CORS_ORIGINS)
+api_with_cors = Cors(
+    api_dispatch(),
+    settings.MORTAR_CORS_ORIGINS,
+    allow_headers=cors.REQUEST_HEADERS,
+    allow_header_prefixes=cors.REQUEST_HEADER_PREFIXES,
+    expose_headers=cors.RESPONSE_HEADERS,
+)
 # Traces only when an OTLP endpoint is configured; otherwise the wrapper is not there at all.
 api_app: ASGIApp = trace_requests(api_with_cors) if tracing_start() else api_with_cors
 

@@ -24,10 +24,10 @@ from accounts.models import ApiKey, Organization
 from core.db import database_read
 from core.errors import InvalidJson, RunGone
 from core.http.responses import EventStreamResponse
-from core.ids import is_message_id, is_run_id
+from core.ids import is_run_id
 from gateway.contract.validation import parse_json_body
 from gateway.inprocess import send_for_key
-from gateway.pipeline.surface import CHAT_COMPLETIONS, MESSAGES, Surface
+from gateway.pipeline.surface import Surface, surface_of_run
 from telemetry.images import stored_body_as_received
 from telemetry.models import Run
 
@@ -67,9 +67,7 @@ async def rerun_source(run_id: str, organization: Organization) -> RerunSource:
             f"Run {run_id} has no request to send again: Mortar kept {kept} of it.",
             code="request_not_kept",
         )
-    return RerunSource(
-        run_id=run_id, surface=MESSAGES if is_message_id(run_id) else CHAT_COMPLETIONS, body=body
-    )
+    return RerunSource(run_id=run_id, surface=surface_of_run(run_id), body=body)
 
 
 async def _stored_request(run_id: str, organization_id: int) -> tuple[bytes | None, bool] | None:
