@@ -117,8 +117,8 @@ class ApiDispatch:
             found = replace(target, kwargs=dict(pattern.default_args))
             self._exact.setdefault(prefix + path, found)
         self._unknown = [
-            (prefix + under, Target.of(None, envelope))
-            for under, envelope in sorted(prefixes.items(), key=lambda item: -len(item[0]))
+            (prefix + under, Target.of(None, declared))
+            for under, declared in sorted(prefixes.items(), key=lambda item: -len(item[0]))
         ]
         self._unknown_elsewhere = Target.of(None, envelope)
 
