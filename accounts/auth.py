@@ -1,4 +1,4 @@
-"""Authenticate API keys: `Authorization: Bearer` or `x-api-key` (PRODUCT.md decision 8).
+"""Authenticate API keys: `Authorization: Bearer` or `x-api-key`.
 
 `authenticate()` does the work; `BearerKey` and `HeaderKey` are the ninja auth classes API
 operations declare (both accept either header: they exist as two so the OpenAPI document
@@ -13,8 +13,8 @@ from typing import Any
 from ninja.security.base import AuthBase
 
 from accounts.models import ApiKey
-from core.errors import AuthenticationError, Envelope
-from core.http.requests import AnyRequest
+from core.errors import AuthenticationError
+from core.http.requests import ApiRequest
 from core.lookups import lookup_cache
 from core.tracing import step
 
@@ -24,7 +24,7 @@ def key_digest(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()
 
 
-def presented_key(request: AnyRequest) -> str:
+def presented_key(request: ApiRequest) -> str:
     """The key in `Authorization: Bearer …` or `x-api-key`, or an empty string."""
     authorization = request.headers.get("Authorization", "").strip()
     if authorization:
@@ -34,23 +34,22 @@ def presented_key(request: AnyRequest) -> str:
     return request.headers.get("x-api-key", "").strip()
 
 
-async def authenticate(request: AnyRequest, *, style: Envelope = Envelope.OPENAI) -> ApiKey:
+async def authenticate(request: ApiRequest) -> ApiKey:
     """Return the active key presented by the request, or raise `missing_key` / `invalid_key`.
 
     Keys are cached per worker and dropped everywhere the moment any key changes
     (`lookups.py`), so a revoked key fails on its next request on every worker.
     """
     with step("auth"):
-        return await _authenticate(request, style)
+        return await _authenticate(request)
 
 
-async def _authenticate(request: AnyRequest, style: Envelope) -> ApiKey:
+async def _authenticate(request: ApiRequest) -> ApiKey:
     secret = presented_key(request)
     if not secret:
         raise AuthenticationError(
             "No API key was presented. Send `Authorization: Bearer <key>` or `x-api-key`.",
             code="missing_key",
-            style=style,
         )
     digest = key_digest(secret)
 
@@ -64,20 +63,16 @@ async def _authenticate(request: AnyRequest, style: Envelope) -> ApiKey:
     key = await lookup_cache().get("key", digest, load)
     if key is None:
         raise AuthenticationError(
-            "The API key is not valid or has been revoked.", code="invalid_key", style=style
+            "The API key is not valid or has been revoked.", code="invalid_key"
         )
     return key
 
 
 class _KeyAuth(AuthBase):
-    """An operation's key check; its errors come in the route's envelope."""
-
-    def __init__(self, style: Envelope = Envelope.OPENAI) -> None:
-        self.style = style
-        super().__init__()
+    """An operation's key check; its errors are answered in the route's envelope."""
 
     async def __call__(self, request: Any) -> ApiKey:
-        return await authenticate(request, style=self.style)
+        return await authenticate(request)
 
 
 class BearerKey(_KeyAuth):
@@ -91,9 +86,9 @@ class HeaderKey(_KeyAuth):
     openapi_name = "x-api-key"
 
 
-def api_key_auth(style: Envelope = Envelope.OPENAI) -> list[_KeyAuth]:
+def api_key_auth() -> list[_KeyAuth]:
     """The `auth=` of an API operation: a Mortar key, sent either way."""
-    return [BearerKey(style), HeaderKey(style)]
+    return [BearerKey(), HeaderKey()]
 
 
 def key_of(request: Any) -> ApiKey:

@@ -1,9 +1,9 @@
-"""The ASGI application: Django's handler for HTTP, channels for websockets, and a lifespan that
-warms up at start (or refuses to: config/workers.py) and flushes the run writer on shutdown.
+"""The ASGI application: the API's own dispatch for everything under /v1/, Django's handler for
+the rest (the dashboard, the admin, health and metrics), channels for websockets, and a lifespan
+that warms up at start (or refuses to: config/workers.py) and flushes the run writer on shutdown.
 
-One route skips Django's handler for speed: `POST /v1/chat/completions` goes through the lean
-dispatch (`core.http.asgi`), which calls the same ninja operation Django's handler would
-(`MORTAR_LEAN_DISPATCH=false` sends it through Django's handler too).
+The API skips Django's handler and its middleware, which only the pages need: `core.http.dispatch`
+says what that saves. CORS and tracing wrap the API alone.
 """
 
 import asyncio
@@ -23,16 +23,17 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from billing.services.holds import release_budget_slices  # noqa: E402
+from config.api import API_PREFIX, api_dispatch  # noqa: E402
 from config.workers import refusal_of_this_start, stop_the_supervisor  # noqa: E402
 from core.backplane import backplane  # noqa: E402
 from core.errors import BackendUnavailable  # noqa: E402
-from core.http.asgi import ASGIApp, LeanDispatch, Receive, Scope, Send  # noqa: E402
+from core.http.asgi import ASGIApp, Receive, Scope, Send  # noqa: E402
 from core.http.cors import Cors  # noqa: E402
 from core.lookups import lookup_cache  # noqa: E402
 from core.termination import on_termination  # noqa: E402
 from core.tracing import trace_requests, tracing_start, tracing_stop  # noqa: E402
 from dashboard.websockets import websocket_urlpatterns  # noqa: E402
-from gateway.api import CHAT_COMPLETIONS_PATH  # noqa: E402
+from gateway.contract import cors  # noqa: E402
 from gateway.coordination.shutdown import stop_generations_after  # noqa: E402
 from gateway.coordination.stop import live_generations  # noqa: E402
 from gateway.tokens import default_counter  # noqa: E402
@@ -43,27 +44,23 @@ from telemetry.metrics import metrics  # noqa: E402
 from telemetry.store.running import close_run_writer, start_run_writer  # noqa: E402
 
 logger = logging.getLogger(__name__)
-chat_completions = LeanDispatch(CHAT_COMPLETIONS_PATH)
 
-
-async def api_app(scope: Scope, receive: Receive, send: Send) -> None:
-    if scope["path"] == chat_completions.path and settings.MORTAR_LEAN_DISPATCH:
-        return await chat_completions(scope, receive, send)
-    return await django_asgi_app(scope, receive, send)
-
-
-# Browser clients: CORS on the API routes only, never on the dashboard or the admin.
-api_with_cors = Cors(api_app, settings.MORTAR_CORS_ORIGINS)
-
-
-async def routes_app(scope: Scope, receive: Receive, send: Send) -> None:
-    if scope["path"].startswith("/v1/"):
-        return await api_with_cors(scope, receive, send)
-    return await django_asgi_app(scope, receive, send)
-
-
+# Browser clients: CORS on the API only, never on the dashboard or the admin.
+api_with_cors = Cors(
+    api_dispatch(),
+    settings.MORTAR_CORS_ORIGINS,
+    allow_headers=cors.REQUEST_HEADERS,
+    allow_header_prefixes=cors.REQUEST_HEADER_PREFIXES,
+    expose_headers=cors.RESPONSE_HEADERS,
+)
 # Traces only when an OTLP endpoint is configured; otherwise the wrapper is not there at all.
-http_app: ASGIApp = trace_requests(routes_app) if tracing_start() else routes_app
+api_app: ASGIApp = trace_requests(api_with_cors) if tracing_start() else api_with_cors
+
+
+async def http_app(scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["path"].startswith(API_PREFIX):
+        return await api_app(scope, receive, send)
+    return await django_asgi_app(scope, receive, send)
 
 
 # channels' stubs type ASGI callables with asgiref's TypedDicts, Django's with mappings: the

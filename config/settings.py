@@ -103,7 +103,6 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "core.http.middleware.RequestIdMiddleware",
-    "core.http.middleware.JsonErrorMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -245,14 +244,11 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
-# Mortar reads the raw body itself and enforces its own 4 MiB limit with a 413 in the OpenAI
-# envelope (PRODUCT.md, decision 7); Django's limit would answer an HTML 400 first.
+# The API's dispatch reads the raw body itself and answers one over 4 MiB with a 413 in the
+# route's envelope. The dashboard's forms (a re-run's fields, the playground's request) carry
+# bodies as large, so Django's own limit, which would answer an HTML 400 first, is off.
 MORTAR_MAX_BODY_BYTES = 4 * 1024 * 1024
 DATA_UPLOAD_MAX_MEMORY_SIZE = None
-
-# `POST /v1/chat/completions` through the lean ASGI dispatch (the same ninja operation, without
-# Django's handler around it: README, "Performance"); false sends it through Django's handler.
-MORTAR_LEAN_DISPATCH = env_bool("MORTAR_LEAN_DISPATCH", True)
 
 MORTAR_DEFAULT_MODEL = env_str("MORTAR_DEFAULT_MODEL", "Qwen/Qwen2.5-7B-Instruct")
 # Seconds of model-server silence before Mortar sends a `: ping` comment (spec: 10).

@@ -4,9 +4,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import include, path, re_path
 from django.views.generic import RedirectView
 
-from config.api import api
 from core.errors import MortarError, RouteNotFound
-from core.http.middleware import envelope_for_path
 from core.http.responses import error_response
 from gateway.health import healthz, readyz
 from telemetry.scrape import metrics_scrape
@@ -15,7 +13,6 @@ urlpatterns = [
     path("healthz", healthz),
     path("readyz", readyz),
     path("metrics", metrics_scrape),
-    path("v1/", api.urls),
     # Organizations and keys moved from the gateway app to accounts: old admin links still work.
     re_path(
         r"^admin/gateway/(?P<rest>(?:organization|apikey)/.*)$",
@@ -30,16 +27,11 @@ urlpatterns = [
 
 
 def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
-    return error_response(
-        RouteNotFound(f"There is no route {request.method} {request.path}."),
-        style=envelope_for_path(request.path),
-    )
+    return error_response(RouteNotFound(f"There is no route {request.method} {request.path}."))
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
-    return error_response(
-        MortarError("Mortar failed to handle the request."), style=envelope_for_path(request.path)
-    )
+    return error_response(MortarError("Mortar failed to handle the request."))
 
 
 handler404 = not_found

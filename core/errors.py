@@ -1,4 +1,4 @@
-"""Mortar's error vocabulary, and the one place its envelopes are built.
+"""Mortar's error vocabulary.
 
     MortarError                     500 server_error / internal_error
     ├── InvalidRequest              400 invalid_request_error
@@ -8,8 +8,7 @@
     │   ├── InvalidTools            400 invalid_tools
     │   ├── InvalidToolChoice       400 invalid_tool_choice
     │   ├── InvalidImage            400 invalid_image
-    │   ├── ContextLengthExceeded   400 context_length_exceeded
-    │   └── UnsupportedSurface      400 unsupported_surface  (a model this route does not serve)
+    │   └── ContextLengthExceeded   400 context_length_exceeded
     ├── AuthenticationError         401 missing_key / invalid_key
     ├── InsufficientQuota           402 insufficient_quota   (a budget cannot pay for it)
     ├── RouteNotFound               404 not_found
@@ -34,24 +33,14 @@
 Every error carries the HTTP status, the envelope's ``type`` and ``code`` and, where one field
 is to blame, its ``param``. The status, type and code of a class are fixed; only
 `UpstreamRejected` and `HttpStatusError` take theirs from what was answered. An error that
-says when to come back carries `retry_after` (whole seconds), sent as `Retry-After`.
+says when to come back carries `retry_after` (whole seconds), sent as `Retry-After`. Apps add
+errors of their own below these where only they raise them.
 
-An error is rendered in one of three envelopes (`envelope`): the OpenAI one every route uses
-(PRODUCT.md decision 3), Arkor's flat one of the replay route, and Anthropic's on the Messages
-route (`{"type": "error", "error": {"type", "message"}}`, no `code`: the `type` follows from
-the status, `ANTHROPIC_ERROR_TYPES`).
+An error is written in the envelope of the route that answers it, which that route declares
+(`core.http.envelopes`); the error itself knows nothing of routes.
 """
 
 from __future__ import annotations
-
-from enum import Enum
-from typing import Any
-
-
-class Envelope(Enum):
-    OPENAI = "openai"  # {"error": {"message", "type", "param", "code"}}
-    FLAT = "flat"  # {"error": "…", "code": "…"} (Arkor's, on the replay route)
-    ANTHROPIC = "anthropic"  # {"type": "error", "error": {"type", "message"}} (Messages route)
 
 
 class MortarError(Exception):
@@ -60,19 +49,10 @@ class MortarError(Exception):
     code = "internal_error"
     retry_after: int | None = None
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        param: str | None = None,
-        code: str | None = None,
-        style: Envelope = Envelope.OPENAI,
-    ):
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
         super().__init__(message)
         self.message = message
         self.param = param
-        # The envelope of the route that raises it, for the API's one exception handler.
-        self.style = style
         if code is not None:
             self.code = code
 
@@ -104,21 +84,13 @@ class InvalidToolChoice(InvalidRequest):
 
 
 class InvalidImage(InvalidRequest):
-    """An image part a vision model cannot take (Arkor's image rules; PRODUCT.md decision 4)."""
+    """An image part a vision model cannot take: not a data URL, an unknown format, too large."""
 
     code = "invalid_image"
 
 
 class ContextLengthExceeded(InvalidRequest):
     code = "context_length_exceeded"
-
-
-class UnsupportedSurface(InvalidRequest):
-    """A model sent to a route that does not serve it: Arkor's "400 with a message naming the
-    route that does serve it". Not `model_not_available`, which is Mortar's 503 for a model
-    that is listed but not deployed."""
-
-    code = "unsupported_surface"
 
 
 class AuthenticationError(MortarError):
@@ -128,8 +100,7 @@ class AuthenticationError(MortarError):
 
 
 class InsufficientQuota(MortarError):
-    """The organization's or the key's budget cannot pay for the prompt and one output token
-    (issue 14); Anthropic's envelope calls a 402 `billing_error`."""
+    """The organization's or the key's budget cannot pay for the prompt and one output token."""
 
     status = 402
     type = "insufficient_quota"
@@ -177,7 +148,7 @@ class RequestTooLarge(MortarError):
 
 
 class RateLimitExceeded(MortarError):
-    """Over an organization's or a key's requests or tokens per minute (issue 14)."""
+    """Over an organization's or a key's requests or tokens per minute."""
 
     status = 429
     type = "rate_limit_error"
@@ -189,7 +160,7 @@ class RateLimitExceeded(MortarError):
 
 
 class TooManyStreams(MortarError):
-    """Over an organization's or a key's cap on concurrent telemetry streams (issue 15)."""
+    """Over an organization's or a key's cap on concurrent telemetry streams."""
 
     status = 429
     type = "rate_limit_error"
@@ -283,49 +254,3 @@ def error_for_status(status: int, message: str) -> MortarError:
     if status == 405:
         return MethodNotAllowed(message)
     return HttpStatusError(message, status=status)
-
-
-# Anthropic's error `type` for each status (issue 13, the Messages route's error table).
-ANTHROPIC_ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    402: "billing_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    500: "api_error",
-    502: "api_error",
-    503: "overloaded_error",
-    504: "timeout_error",
-    529: "overloaded_error",
-}
-
-
-def anthropic_error_type(status: int) -> str:
-    """Anthropic's error `type` for a status; one the table lacks is a request or an API error."""
-    found = ANTHROPIC_ERROR_TYPES.get(status)
-    if found is not None:
-        return found
-    return "invalid_request_error" if status < 500 else "api_error"
-
-
-def envelope(error: MortarError, style: Envelope | None = None) -> dict[str, Any]:
-    """The error's body, in the envelope of the route that answers it (its own by default)."""
-    style = style or error.style
-    if style is Envelope.FLAT:
-        return {"error": error.message, "code": error.code}
-    if style is Envelope.ANTHROPIC:
-        # No `code` and no `param` (Arkor, "Authentication"): Anthropic's SDKs read the type.
-        return {
-            "type": "error",
-            "error": {"type": anthropic_error_type(error.status), "message": error.message},
-        }
-    return {
-        "error": {
-            "message": error.message,
-            "type": error.type,
-            "param": error.param,
-            "code": error.code,
-        }
-    }

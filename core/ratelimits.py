@@ -1,6 +1,6 @@
 """Rate limits per minute as GCRA (the generic cell rate algorithm): the types every backplane's
 limiter speaks, the algorithm in plain Python (the in-process limiter of the embedded mode) and
-the reset format of OpenAI's `x-ratelimit-reset-*` headers.
+the reset format of the `x-ratelimit-reset-*` headers clients already read (a Go duration).
 
 A bucket allows `limit` units a minute. Its state is one number, the theoretical arrival time
 (TAT): when the bucket would be empty again. A unit costs `60 s / limit`; a request of `cost`
@@ -106,7 +106,7 @@ class GcraBuckets:
 
 
 def reset_duration(ms: int) -> str:
-    """OpenAI's format for `x-ratelimit-reset-*`, Go's duration: `12ms`, `1s`, `1.5s`, `6m0s`."""
+    """The format of `x-ratelimit-reset-*` clients read, Go's duration: `12ms`, `1.5s`, `6m0s`."""
     if ms < 1000:
         return f"{ms}ms"
     minutes, rest_ms = divmod(ms, 60_000)

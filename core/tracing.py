@@ -1,11 +1,12 @@
 """OpenTelemetry traces of API requests: off unless `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
 
-On, each request under `/v1/` is one server span (`trace_requests`, the ASGI wrapper), child of
-the client's W3C `traceparent` when it sent one; the pipeline's steps are its child spans
-(`step`: auth, validate, plan, dedupe, upstream first byte, relay, record), the run id and the
-organization its attributes (`annotate`), and the model server is sent the `traceparent` of the
-upstream span (`inject_trace`). Spans go to the OTLP/HTTP exporter in batches, configured by
-the standard `OTEL_*` variables (endpoint, headers, `OTEL_SERVICE_NAME`, the batch's delays).
+On, each request the wrapped app serves is one server span (`trace_requests`, the ASGI wrapper
+config puts in front of the API), child of the client's W3C `traceparent` when it sent one;
+the pipeline's steps are its child spans (`step`: auth, validate, plan, dedupe, upstream first
+byte, relay, record), the run id and the organization its attributes (`annotate`), and the
+model server is sent the `traceparent` of the upstream span (`inject_trace`). Spans go to the
+OTLP/HTTP exporter in batches, configured by the standard `OTEL_*` variables (endpoint,
+headers, `OTEL_SERVICE_NAME`, the batch's delays).
 
 Off, nothing is made: the wrapper is not installed, `step` hands back one shared no-op context
 and the others return at their first line — the hot path pays a function call and a test.
@@ -105,15 +106,13 @@ def inject_trace(headers: dict[str, str]) -> None:
 
 
 def trace_requests(app: ASGIApp) -> ASGIApp:
-    """Wrap `app`: each request under /v1/ is a server span, the client's trace continued."""
+    """Wrap `app`: each request is a server span, the client's trace continued."""
     assert _tracer is not None
     tracer = _tracer
     from opentelemetry import propagate
     from opentelemetry.trace import SpanKind, StatusCode
 
     async def traced(scope: Scope, receive: Receive, send: Send) -> None:
-        if not scope["path"].startswith("/v1/"):
-            return await app(scope, receive, send)
         carrier = {
             name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]
         }

@@ -1,29 +1,24 @@
-"""The gateway's operations under /v1/: chat completions, Messages, the model list, and Stop.
+"""The gateway's operations under /v1/ in Mortar's envelope: chat completions, re-runs, Stop,
+the model list and the budgets. The Messages operations are Anthropic's, in
+`gateway.anthropic.api`.
 
 Thin: each authenticates with the operation's auth, calls one function, and returns its
-response. `POST /v1/chat/completions` is also reachable through the lean ASGI dispatch
-(`core.http.asgi`), which calls this same operation. What each accepts and answers is declared
-in `gateway.contract` and `gateway.anthropic` (`docs` for what ninja cannot infer) and served in
-/v1/openapi.json. The Messages operations answer auth failures in Anthropic's envelope.
+response; the API's dispatch (`core.http.dispatch`) calls them. What each accepts and answers
+is declared in `gateway.contract` (`docs` for what ninja cannot infer) and served in
+/v1/openapi.json.
 """
 
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse, HttpResponseBase
-from ninja import P, PathEx, Router
+from django.http import HttpResponse, HttpResponseBase
+from ninja import P, PathEx
 
 from accounts.auth import api_key_auth, key_of
 from billing.selectors import budget_report
-from core.errors import Envelope
-from core.http.requests import request_id_of
+from core.http.requests import ApiRequest
 from core.http.responses import json_response
+from core.http.routes import ApiRouter
 from core.ids import is_run_id
-from gateway.anthropic.docs import (
-    COUNT_TOKENS_DOCS,
-    COUNT_TOKENS_RESPONSES,
-    MESSAGE_DOCS,
-    MESSAGE_RESPONSES,
-)
 from gateway.catalog.selectors import model_list
 from gateway.contract.docs import (
     BUDGET_RESPONSES,
@@ -35,13 +30,11 @@ from gateway.contract.docs import (
 )
 from gateway.contract.rerun import RERUN_DOCS, RERUN_RESPONSES
 from gateway.coordination.stop import live_generations
-from gateway.pipeline import chat_completion, message_create, message_token_count
+from gateway.pipeline import chat_completion
+from gateway.pipeline.surface import CHAT_COMPLETIONS
 from gateway.reruns import rerun
 
-router = Router(auth=api_key_auth())
-messages_auth = api_key_auth(Envelope.ANTHROPIC)
-
-CHAT_COMPLETIONS_PATH = "/v1/chat/completions"
+router = ApiRouter(auth=api_key_auth(), envelope=CHAT_COMPLETIONS.envelope)
 
 
 # The view reads the body itself (no ninja body parameter): the pipeline records a refused body
@@ -54,7 +47,7 @@ CHAT_COMPLETIONS_PATH = "/v1/chat/completions"
     response=CHAT_COMPLETION_RESPONSES,
     openapi_extra=CHAT_COMPLETION_DOCS,
 )
-async def create_chat_completion(request: HttpRequest) -> HttpResponseBase:
+async def create_chat_completion(request: ApiRequest) -> HttpResponseBase:
     """Create a chat completion: one JSON object, or a stream of server-sent events."""
     return await chat_completion(request, key_of(request))
 
@@ -70,7 +63,7 @@ async def create_chat_completion(request: HttpRequest) -> HttpResponseBase:
     openapi_extra=RERUN_DOCS,
 )
 async def rerun_run(
-    request: HttpRequest,
+    request: ApiRequest,
     run_id: PathEx[str, P(description="The run to send again: its completion's ID.")],
 ) -> HttpResponseBase:
     """Send a stored run's request again, as it was or with fields replaced, as a new run."""
@@ -79,36 +72,8 @@ async def rerun_run(
         key=key_of(request),
         overrides=request.body,
         headers=request.headers,
-        request_id=request_id_of(request),
+        request_id=request.request_id,
     )
-
-
-@router.post(
-    "/messages",
-    auth=messages_auth,
-    operation_id="create_message",
-    tags=["Messages"],
-    summary="Create a message (Anthropic's Messages API)",
-    response=MESSAGE_RESPONSES,
-    openapi_extra=MESSAGE_DOCS,
-)
-async def create_message(request: HttpRequest) -> HttpResponseBase:
-    """Create a message: one Message object, or Anthropic's stream of server-sent events."""
-    return await message_create(request, key_of(request))
-
-
-@router.post(
-    "/messages/count_tokens",
-    auth=messages_auth,
-    operation_id="count_message_tokens",
-    tags=["Messages"],
-    summary="Count a message's input tokens",
-    response=COUNT_TOKENS_RESPONSES,
-    openapi_extra=COUNT_TOKENS_DOCS,
-)
-async def count_message_tokens(request: HttpRequest) -> HttpResponse:
-    """Count the input tokens `POST /v1/messages` would bill for this request."""
-    return json_response({"input_tokens": await message_token_count(request, key_of(request))})
 
 
 @router.post(
@@ -120,7 +85,7 @@ async def count_message_tokens(request: HttpRequest) -> HttpResponse:
     openapi_extra=STOP_DOCS,
 )
 async def stop_generation(
-    request: HttpRequest,
+    request: ApiRequest,
     run_id: PathEx[
         str,
         P(description="The completion's or message's ID (`X-Mortar-Request-Id`)."),
@@ -142,7 +107,7 @@ async def stop_generation(
     summary="List models",
     response=MODELS_RESPONSES,
 )
-async def models(request: HttpRequest) -> HttpResponse:
+async def models(request: ApiRequest) -> HttpResponse:
     """List the model catalog, with each model's context window and whether it is deployed."""
     return json_response(
         {
@@ -170,7 +135,7 @@ async def models(request: HttpRequest) -> HttpResponse:
     summary="Read where the budgets stand",
     response=BUDGET_RESPONSES,
 )
-async def budget(request: HttpRequest) -> HttpResponse:
+async def budget(request: ApiRequest) -> HttpResponse:
     """The organization's and the key's budgets in their current period: spent, held by
-    requests in flight, and remaining (issue 14); null where no budget is set."""
+    requests in flight, and remaining; null where no budget is set."""
     return json_response(await budget_report(key_of(request)))

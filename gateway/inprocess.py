@@ -17,10 +17,7 @@ from accounts.models import ApiKey
 from core.http.requests import ApiRequest, RequestHeaders
 from core.http.responses import EventStreamResponse
 from gateway.pipeline import completion_for_key
-from gateway.pipeline.surface import CHAT_COMPLETIONS, MESSAGES, Surface
-
-# The route a surface's requests come in on: a run's route, and its metrics' label.
-SURFACE_PATHS = {CHAT_COMPLETIONS.name: "/v1/chat/completions", MESSAGES.name: "/v1/messages"}
+from gateway.pipeline.surface import Surface
 
 
 def internal_request(
@@ -29,7 +26,7 @@ def internal_request(
     """A request on the surface's own route, with these headers and body."""
     return ApiRequest(
         method="POST",
-        path=SURFACE_PATHS[surface.name],
+        path=surface.path,
         body=body,
         body_size=len(body),
         headers=RequestHeaders(

@@ -18,16 +18,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from asgiref.sync import sync_to_async
 from django.http import HttpResponse
 
 from accounts.models import ApiKey, Organization
+from core.db import database_read
 from core.errors import InvalidJson, RunGone
 from core.http.responses import EventStreamResponse
-from core.ids import is_message_id, is_run_id
+from core.ids import is_run_id
 from gateway.contract.validation import parse_json_body
 from gateway.inprocess import send_for_key
-from gateway.pipeline.surface import CHAT_COMPLETIONS, MESSAGES, Surface
+from gateway.pipeline.surface import Surface, surface_of_run
 from telemetry.images import stored_body_as_received
 from telemetry.models import Run
 
@@ -67,21 +67,24 @@ async def rerun_source(run_id: str, organization: Organization) -> RerunSource:
             f"Run {run_id} has no request to send again: Mortar kept {kept} of it.",
             code="request_not_kept",
         )
-    return RerunSource(
-        run_id=run_id, surface=MESSAGES if is_message_id(run_id) else CHAT_COMPLETIONS, body=body
-    )
+    return RerunSource(run_id=run_id, surface=surface_of_run(run_id), body=body)
 
 
-@sync_to_async
-def _stored_request(run_id: str, organization_id: int) -> tuple[bytes | None, bool] | None:
-    row = (
-        Run.objects.filter(pk=run_id, organization_id=organization_id)
-        .values_list("request_body", "request_truncated")
-        .first()
-    )
-    if row is None:
-        return None
-    return stored_body_as_received(run_id, row[0]), row[1]
+async def _stored_request(run_id: str, organization_id: int) -> tuple[bytes | None, bool] | None:
+    """The run's request as received, and whether only its first bytes were kept; read on a
+    connection that works (`core.db`)."""
+
+    def read() -> tuple[bytes | None, bool] | None:
+        row = (
+            Run.objects.filter(pk=run_id, organization_id=organization_id)
+            .values_list("request_body", "request_truncated")
+            .first()
+        )
+        if row is None:
+            return None
+        return stored_body_as_received(run_id, row[0]), row[1]
+
+    return await database_read(read)
 
 
 def body_with_overrides(stored: bytes, overrides: Mapping[str, Any]) -> bytes:

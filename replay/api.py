@@ -1,49 +1,47 @@
 """GET /v1/chat/completions/runs/{id}: replay a stored run as the client saw it.
 
 Any run, whatever its surface: a chat completion's chunks, or a Messages run's Anthropic events
-(`msg_…` ids), each re-emitted exactly as it was sent (PRODUCT.md, "Decisions for the second
-wave"). Errors on this route use Arkor's flat envelope, `{"error": "…", "code": "…"}`.
+(`msg_…` ids), each re-emitted exactly as it was sent. Every error on this route is answered in
+its flat envelope, `{"error": "…", "code": "…"}` (`replay.envelope`), which the router declares.
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
-from ninja import P, PathEx, Router
+from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
+from ninja import P, PathEx
 
 from accounts.auth import api_key_auth, key_of
-from core.errors import Envelope, InvalidParameter, RunGone
+from core.errors import InvalidParameter, RunGone
+from core.http.envelopes import ErrorEnvelope
 from core.http.openapi import (
-    AnthropicErrorEnvelope,
-    ErrorEnvelope,
     SchemaRef,
     error_responses,
     event_stream_content,
     json_content,
     json_text,
 )
-from core.http.responses import error_response
+from core.http.requests import ApiRequest
+from core.http.routes import ApiRouter
 from core.ids import is_run_id
 from gateway.anthropic.docs import STREAM_EVENT_NAMES
+from gateway.anthropic.envelope import AnthropicErrorEnvelope
 from gateway.anthropic.response import Message, StreamEventData
 from gateway.contract.docs import CHUNK_DATA
 from gateway.contract.response import ChatCompletion
+from replay.envelope import FLAT_ENVELOPE
 from replay.selectors import chunks_after, replayable_run
 from replay.streaming import replay_events
 from telemetry.models import Run
 
-# Arkor's flat envelope on this route, auth errors included.
-router = Router(auth=api_key_auth(Envelope.FLAT))
+router = ApiRouter(auth=api_key_auth(), envelope=FLAT_ENVELOPE)
 # A run id fresh from a response may reach the database a writer batch later.
 NOT_YET_STORED_WAIT = 0.5
 
 
-def run_gone(run_id: str) -> HttpResponse:
-    return error_response(
-        RunGone(f"Run {run_id} is gone: unknown, expired, or not replayable."),
-        style=Envelope.FLAT,
-    )
+def run_gone(run_id: str) -> RunGone:
+    return RunGone(f"Run {run_id} is gone: unknown, expired, or not replayable.")
 
 
 # The view reads its query and headers itself; they are declared here for /v1/openapi.json.
@@ -124,23 +122,20 @@ REPLAY_DOCS = {
     operation_id="replay_run",
     tags=["Replay"],
     summary="Replay a stored run",
-    response=error_responses(400, 401, 410, style=Envelope.FLAT),
+    response=error_responses(400, 401, 410, envelope=router.envelope),
     openapi_extra=REPLAY_DOCS,
 )
 async def replay_run(
-    request: HttpRequest,
+    request: ApiRequest,
     run_id: PathEx[str, P(description="The run's ID: its completion's or message's ID.")],
 ) -> HttpResponseBase:
     """Replay a stored run as the client received it, byte for byte."""
     key = key_of(request)
     if not is_run_id(run_id):
-        return run_gone(run_id)
+        raise run_gone(run_id)
     after = _resume_point(request)
     if after is None:
-        return error_response(
-            InvalidParameter("`Last-Event-ID` and `from` must be whole numbers."),
-            style=Envelope.FLAT,
-        )
+        raise InvalidParameter("`Last-Event-ID` and `from` must be whole numbers.")
 
     run = await replayable_run(run_id, key.organization)
     deadline = asyncio.get_running_loop().time() + NOT_YET_STORED_WAIT
@@ -148,17 +143,17 @@ async def replay_run(
         await asyncio.sleep(0.05)
         run = await replayable_run(run_id, key.organization)
     if run is None:
-        return run_gone(run_id)
+        raise run_gone(run_id)
 
     headers = {"X-Mortar-Run-Id": run.id}
     if run.stream is False:
         # A JSON reply is replayed as the one body the client got.
         chunks = await chunks_after(run.id, -1, limit=1)
         if not chunks:
-            return run_gone(run_id)
+            raise run_gone(run_id)
         return HttpResponse(bytes(chunks[0].data), content_type="application/json", headers=headers)
     if run.stream is None and run.status != Run.Status.IN_PROGRESS:
-        return run_gone(run_id)  # refused before it streamed: nothing to replay
+        raise run_gone(run_id)  # refused before it streamed: nothing to replay
 
     response = StreamingHttpResponse(
         replay_events(
@@ -175,7 +170,7 @@ async def replay_run(
     return response
 
 
-def _resume_point(request: HttpRequest) -> int | None:
+def _resume_point(request: ApiRequest) -> int | None:
     """The last sequence number the client has: Last-Event-ID, or the one before `from`."""
     last_event_id = request.headers.get("Last-Event-ID")
     start = request.GET.get("from")

@@ -1,4 +1,9 @@
-"""Reads for replay: the stored run and its chunks, scoped to an organization."""
+"""Reads for replay: the stored run and its chunks, scoped to an organization.
+
+Each runs on a worker thread through `core.db`, on a connection that works: the API is served
+without Django's request handler, so nothing closes a connection a Postgres restart has cut
+(`core.db` drops it and reads again on a new one).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ from datetime import timedelta
 from django.utils import timezone
 
 from accounts.models import Organization
+from core.db import database_read
 from telemetry.models import Run, RunChunk
 
 
@@ -14,7 +20,9 @@ async def replayable_run(run_id: str, organization: Organization) -> Run | None:
     """The run, if this organization may replay it: its own, within retention, with content."""
     if organization.retention != Organization.Retention.FULL:
         return None
-    run = await Run.objects.filter(pk=run_id, organization=organization).afirst()
+    run = await database_read(
+        lambda: Run.objects.filter(pk=run_id, organization=organization).first()
+    )
     if run is None:
         return None
     if run.accepted_at < timezone.now() - timedelta(days=organization.retention_days):
@@ -23,13 +31,16 @@ async def replayable_run(run_id: str, organization: Organization) -> Run | None:
 
 
 async def chunks_after(run_id: str, seq: int, limit: int = 500) -> list[RunChunk]:
-    return [
-        chunk
-        async for chunk in RunChunk.objects.filter(run_id=run_id, seq__gt=seq)
-        .order_by("seq")
-        .only("seq", "offset_us", "data")[:limit]
-    ]
+    return await database_read(
+        lambda: list(
+            RunChunk.objects.filter(run_id=run_id, seq__gt=seq)
+            .order_by("seq")
+            .only("seq", "offset_us", "data")[:limit]
+        )
+    )
 
 
 async def run_status(run_id: str) -> str | None:
-    return await Run.objects.filter(pk=run_id).values_list("status", flat=True).afirst()
+    return await database_read(
+        lambda: Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
+    )

@@ -6,18 +6,17 @@ import contextlib
 import re
 from collections.abc import AsyncGenerator
 
-from django.http import HttpRequest
-from ninja import Router
-
 from accounts.auth import api_key_auth, key_of
 from core.errors import InvalidParameter
 from core.http.openapi import SchemaRef, error_responses, event_stream_content, json_text
+from core.http.requests import ApiRequest
 from core.http.responses import EventStreamResponse
+from core.http.routes import ApiRouter
 from telemetry.events import EVENT_TYPES, Event, latest_event_id
 from telemetry.feed import follow, telemetry_feed
 from telemetry.schemas import EVENT_STREAM_EXAMPLE, TelemetryEvent
 
-router = Router(auth=api_key_auth())
+router = ApiRouter(auth=api_key_auth())
 KEEP_ALIVE = b": keep-alive\n\n"
 # A Redis stream id (also the embedded bus's): two unsigned 64-bit numbers, in ASCII digits.
 EVENT_ID = re.compile(r"([0-9]{1,20})(?:-([0-9]{1,20}))?")
@@ -75,10 +74,10 @@ STREAM_DOCS = {
     operation_id="telemetry_stream",
     tags=["Telemetry"],
     summary="Stream serving telemetry",
-    response=error_responses(400, 401, 429, 503),
+    response=error_responses(400, 401, 429, 503, envelope=router.envelope),
     openapi_extra=STREAM_DOCS,
 )
-async def telemetry_stream(request: HttpRequest) -> EventStreamResponse:
+async def telemetry_stream(request: ApiRequest) -> EventStreamResponse:
     """Stream the organization's live events as server-sent events, resumable with
     Last-Event-ID. An organization and a key hold a limited number of streams at once (429
     `too_many_streams`, with `Retry-After`); without Redis, 503 `backend_unavailable`."""

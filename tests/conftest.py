@@ -110,18 +110,6 @@ def second_server(mortar_server: ServerProcess, tmp_path_factory) -> Iterator[Se
     server.stop()
 
 
-@pytest.fixture(scope="session")
-def django_dispatch_server(
-    mortar_server: ServerProcess, tmp_path_factory
-) -> Iterator[ServerProcess]:
-    """Mortar with `POST /v1/chat/completions` through Django's handler, not the lean dispatch
-    (`MORTAR_LEAN_DISPATCH=false`), on the same database and Redis."""
-    env = {**_server_env(), "MORTAR_LEAN_DISPATCH": "false"}
-    server = start_mortar(env, log_dir=tmp_path_factory.mktemp("django-dispatch"))
-    yield server
-    server.stop()
-
-
 def _committed_tenant(name: str) -> Tenant:
     organization, _ = Organization.objects.get_or_create(name=name)
     issued = key_create(organization=organization, name="tests")

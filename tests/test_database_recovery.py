@@ -1,9 +1,9 @@
 """A Postgres restart or failover, as the server sees it: every backend it holds is terminated.
 
 The server is not restarted. Each route that reads the database must answer its first request
-after the termination as it did before: replay, /readyz, the dashboard (over HTTP, signed in
-through its form), and chat completions — with a key the server has cached and one it has
-never seen, whose lookup reads the database.
+after the termination as it did before: replay, a re-run, /readyz, the dashboard (over HTTP,
+signed in through its form), and chat completions — with a key the server has cached and one it
+has never seen, whose lookup reads the database.
 
 The server here is this module's own: its connections carry an `application_name` of their
 own, so only its backends are terminated and the session's shared servers are left alone.
@@ -198,6 +198,30 @@ def test_replay_answers_the_first_request_after_the_backends_are_terminated(
     assert ID_LINE.sub(b"", replayed.content) == received
 
 
+def rerun(server: ServerProcess, secret: str, run_id: str) -> httpx.Response:
+    return httpx.post(
+        f"{server.base_url}/v1/chat/completions/runs/{run_id}/rerun",
+        content=orjson.dumps({"stream": False}),
+        headers={"Authorization": f"Bearer {secret}"},
+        timeout=30,
+    )
+
+
+def test_a_rerun_answers_the_first_request_after_the_backends_are_terminated(
+    recovering: RecoveringServer, tenant: Tenant, stored_run: tuple[str, bytes]
+) -> None:
+    run_id = stored_run[0]
+    # The stored request is read on a worker thread: that thread holds a connection now.
+    assert rerun(recovering.server, tenant.secret, run_id).status_code == 200
+    terminate_and_wait(recovering.server, tenant.secret)
+
+    answered = rerun(recovering.server, tenant.secret, run_id)
+    assert answered.status_code == 200, answered.text
+    stored = wait_for_run(answered.headers["X-Mortar-Run-Id"])
+    assert (stored.rerun_of, stored.status) == (run_id, "completed")
+    assert stored_bytes(stored) == answered.content
+
+
 def test_readyz_answers_the_first_request_after_the_backends_are_terminated(
     recovering: RecoveringServer, tenant: Tenant
 ) -> None:
@@ -311,7 +335,7 @@ def test_reads_while_the_database_refuses_connections_are_503s_in_the_route_s_en
                 ),
                 "anthropic",
             ),
-            "replay of a stored run": (replay(server, tenant.secret, stored_run[0]), "openai"),
+            "replay of a stored run": (replay(server, tenant.secret, stored_run[0]), "flat"),
             "the key's budget": (
                 httpx.get(
                     f"{server.base_url}/v1/budget",
@@ -327,6 +351,9 @@ def test_reads_while_the_database_refuses_connections_are_503s_in_the_route_s_en
         if envelope == "anthropic":
             assert body["type"] == "error", (what, body)
             assert body["error"]["type"] == "overloaded_error", (what, body)
+        elif envelope == "flat":
+            assert body["code"] == "backend_unavailable", (what, body)
+            assert isinstance(body["error"], str), (what, body)
         else:
             assert body["error"]["code"] == "backend_unavailable", (what, body)
     # Once the database is back, the same requests are answered.

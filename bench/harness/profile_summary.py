@@ -84,11 +84,12 @@ CATEGORIES = [
         r"|gateway/streaming\.py|gateway/chunks\.py|gateway/forwarding\.py|gateway/upstream\.py",
     ),
     ("logging (uvicorn access log)", r"logging/|uvicorn/logging"),
-    # Ahead of ninja: since 0424ba7 the lean dispatch calls the ninja operation, so ninja's
+    # Ahead of ninja: since 0424ba7 the API's dispatch calls the ninja operation, so ninja's
     # frames sit under every pipeline step; what the steps themselves cost is the pipeline's.
     (
         "request pipeline (the operation's steps: auth, accept, plan, finish)",
-        r"gateway/pipeline/|gateway/api\.py|accounts/auth\.py|gateway/catalog/|core/lookups\.py"
+        r"gateway/pipeline/|gateway/api\.py|gateway/anthropic/api\.py|accounts/auth\.py"
+        r"|gateway/catalog/|core/lookups\.py"
         r"|gateway/pipeline\.py",
     ),
     ("ninja routing", r"ninja/"),

@@ -49,6 +49,7 @@ from bench.harness.results import recorded  # noqa: E402
 from core import tracing  # noqa: E402
 from core.http.cors import Cors  # noqa: E402
 from core.logs import JsonFormatter  # noqa: E402
+from gateway.contract import cors as api_cors  # noqa: E402
 from telemetry import metrics, request_log  # noqa: E402
 from telemetry.store.records import RunFields  # noqa: E402
 
@@ -124,7 +125,13 @@ def cors_case(origin: bool, requests: int) -> float:
     async def send(message: object) -> None:
         pass
 
-    cors = Cors(app, ["*"])  # type: ignore[arg-type]
+    cors = Cors(
+        app,  # type: ignore[arg-type]
+        ["*"],
+        allow_headers=api_cors.REQUEST_HEADERS,
+        allow_header_prefixes=api_cors.REQUEST_HEADER_PREFIXES,
+        expose_headers=api_cors.RESPONSE_HEADERS,
+    )
     headers = [*HEADERS, (b"origin", b"http://app.example")] if origin else HEADERS
     scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": headers}
 

@@ -1,14 +1,12 @@
-"""CORS for the API routes (`/v1/…`), so browsers can call them directly (Arkor reference,
-"CORS"): any origin (`Access-Control-Allow-Origin: *`) or the ones `MORTAR_CORS_ORIGINS`
-names, never credentials (keys travel in headers, not cookies), preflights answered here with
-the methods and request headers the API reads, and the response headers a page may read
-exposed. The dashboard and the admin (cookie sessions) get none: the wrapper is only put in
-front of /v1/ (`config.asgi`).
+"""CORS for an ASGI app, so browsers can call it directly: any origin
+(`Access-Control-Allow-Origin: *`) or the ones allowed, never credentials (keys travel in
+headers, not cookies), preflights answered here with the methods and the request headers the
+caller allows, and the response headers it names exposed. config puts it in front of the API
+only: the dashboard and the admin (cookie sessions) get none.
 
-An ASGI wrapper rather than Django middleware (django-cors-headers): the hot route skips
-Django's middleware (the lean dispatch, `core.http.asgi`), and one wrapper answers both paths
-alike. A request without an `Origin` header (every SDK outside a browser) costs a scan of its
-header list and nothing else.
+An ASGI wrapper rather than Django middleware (django-cors-headers): the API skips Django's
+handler and its middleware (`core.http.dispatch`). A request without an `Origin` header (every
+SDK outside a browser) costs a scan of its header list and nothing else.
 """
 
 from __future__ import annotations
@@ -20,47 +18,6 @@ from core.http.asgi import ASGIApp, Receive, Scope, Send
 from core.http.requests import RequestHeaders, request_id_from
 
 ALLOWED_METHODS = "GET, POST, DELETE, OPTIONS"
-# The request headers the API reads, and the attribution headers (Arkor, "CORS").
-ALLOWED_HEADERS = (
-    "Authorization",
-    "Content-Type",
-    "Accept",
-    "x-api-key",
-    "Last-Event-ID",
-    "Idempotency-Key",
-    "X-Request-Id",
-    "anthropic-version",
-    "anthropic-beta",
-    "X-Mortar-Optimize",
-    "X-Mortar-Tool-Select",
-    "X-Mortar-Session",
-    "X-Mortar-End-User-Id",
-    "X-Mortar-Dedupe",
-)
-# Request headers allowed by prefix: Mortar's own, and those the OpenAI and Anthropic SDKs add
-# about themselves (`x-stainless-os`, …); a browser's preflight names them one by one.
-ALLOWED_HEADER_PREFIXES = ("x-mortar-", "x-stainless-")
-EXPOSED_HEADERS = ", ".join(
-    (
-        "X-Request-Id",
-        "request-id",
-        "X-Mortar-Request-Id",
-        "X-Mortar-Run-Id",
-        "X-Mortar-Model",
-        "X-Mortar-Deployment",
-        "X-Mortar-Session",
-        "X-Mortar-Optimizer",
-        "X-Mortar-Tool-Selector",
-        "X-Mortar-Dedupe",
-        "X-Mortar-Upstream",
-        "Retry-After",
-        *(
-            f"x-ratelimit-{part}-{unit}"
-            for unit in ("requests", "tokens")
-            for part in ("limit", "remaining", "reset")
-        ),
-    )
-).encode()
 PREFLIGHT_MAX_AGE = b"600"
 
 
@@ -72,13 +29,26 @@ def _header(headers: Sequence[tuple[bytes, bytes]], wanted: bytes) -> bytes | No
 
 
 class Cors:
-    """Wrap the API's ASGI app with CORS for the origins allowed (`*` for any)."""
+    """Wrap an ASGI app with CORS for the origins allowed (`*` for any): the request headers
+    `allow_headers` names (and any that starts with one of `allow_header_prefixes`) may be sent,
+    the response headers `expose_headers` names may be read."""
 
-    def __init__(self, app: ASGIApp, origins: Sequence[str]) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        origins: Sequence[str],
+        *,
+        allow_headers: Sequence[str],
+        allow_header_prefixes: Sequence[str] = (),
+        expose_headers: Sequence[str] = (),
+    ) -> None:
         self.app = app
         self.any_origin = "*" in origins
         self.origins = frozenset(origin.encode("latin-1") for origin in origins)
-        self.allowed_headers = frozenset(h.lower() for h in ALLOWED_HEADERS)
+        self.header_list = tuple(allow_headers)
+        self.header_names = frozenset(h.lower() for h in allow_headers)
+        self.header_prefixes = tuple(prefix.lower() for prefix in allow_header_prefixes)
+        self.exposed = ", ".join(expose_headers).encode("latin-1")
 
     def allow_origin(self, origin: bytes) -> list[tuple[bytes, bytes]] | None:
         """The `Access-Control-Allow-Origin` headers for `origin`, None if it is not allowed."""
@@ -93,13 +63,9 @@ class Cors:
         extra = []
         for name in (requested or b"").decode("latin-1").split(","):
             name = name.strip().lower()
-            if (
-                name
-                and name not in self.allowed_headers
-                and name.startswith(ALLOWED_HEADER_PREFIXES)
-            ):
+            if name and name not in self.header_names and name.startswith(self.header_prefixes):
                 extra.append(name)
-        return ", ".join([*ALLOWED_HEADERS, *extra]).encode("latin-1")
+        return ", ".join([*self.header_list, *extra]).encode("latin-1")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = scope["headers"]
@@ -118,7 +84,7 @@ class Cors:
                     "headers": [
                         *message.get("headers", ()),
                         *allowed,
-                        (b"access-control-expose-headers", EXPOSED_HEADERS),
+                        (b"access-control-expose-headers", self.exposed),
                     ],
                 }
             await send(message)
@@ -128,8 +94,8 @@ class Cors:
     async def preflight(
         self, allowed: list[tuple[bytes, bytes]], headers: list[tuple[bytes, bytes]], send: Send
     ) -> None:
-        """Answer a preflight: 204 with the methods and headers the API takes (and the
-        `X-Request-Id` every answer carries, PRODUCT.md decision 3)."""
+        """Answer a preflight: 204 with the methods and headers allowed (and the `X-Request-Id`
+        every answer carries)."""
         requested = _header(headers, b"access-control-request-headers")
         request_id = request_id_from(RequestHeaders(headers))
         await send(

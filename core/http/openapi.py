@@ -1,7 +1,8 @@
-"""What /v1/openapi.json says that ninja cannot infer: error envelopes, streams, raw bodies.
+"""What the API's OpenAPI document says that ninja cannot infer: error envelopes, streams, raw
+bodies.
 
-Operations that read their body themselves (chat completions) or answer with a stream describe
-them in ninja's `openapi_extra`, naming a schema with `SchemaRef(SomeType)`. The API's document
+Operations that read their body themselves or answer with a stream describe them in ninja's
+`openapi_extra`, naming a schema with `SchemaRef(SomeType)`. The API's document
 (`add_components`) turns each into a `$ref` and puts the type's JSON schema, and the schemas it
 uses, in `components/schemas` — the same place ninja puts the `response=` schemas — so a schema
 is still declared once, as a pydantic type.
@@ -10,98 +11,19 @@ is still declared once, as a pydantic type.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from ninja.schema import NinjaGenerateJsonSchema
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import TypeAdapter
 
-from core.errors import Envelope
+from core.http.envelopes import MORTAR_ENVELOPE, Envelope
 
 REF_TEMPLATE = "#/components/schemas/{model}"
 
 
-class ErrorBody(BaseModel):
-    message: str = Field(description="What went wrong, for a person to read.")
-    type: str = Field(
-        description="`invalid_request_error`, `authentication_error`, `server_error` or "
-        "`upstream_error`."
-    )
-    param: str | None = Field(description="The field or header to blame, when one is.")
-    code: str = Field(description="A machine-readable code, such as `invalid_parameter`.")
-
-
-class ErrorEnvelope(BaseModel):
-    """Every error on the OpenAI-compatible routes (PRODUCT.md decision 3)."""
-
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "error": {
-                        "message": "`messages` is required.",
-                        "type": "invalid_request_error",
-                        "param": "messages",
-                        "code": "invalid_parameter",
-                    }
-                }
-            ]
-        }
-    )
-    error: ErrorBody
-
-
-class FlatErrorEnvelope(BaseModel):
-    """Arkor's flat envelope, on the replay route."""
-
-    model_config = ConfigDict(
-        json_schema_extra={"examples": [{"error": "Run chatcmpl-… is gone.", "code": "run_gone"}]}
-    )
-    error: str = Field(description="What went wrong, for a person to read.")
-    code: str = Field(description="A machine-readable code, such as `run_gone`.")
-
-
-class AnthropicErrorBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    type: str = Field(
-        description="Follows from the status: `invalid_request_error` (400), "
-        "`authentication_error` (401), `billing_error` (402), `permission_error` (403), "
-        "`not_found_error` (404), `request_too_large` (413), `rate_limit_error` (429), "
-        "`api_error` (500, 502), `timeout_error` (504), `overloaded_error` (503, 529)."
-    )
-    message: str = Field(description="What went wrong, for a person to read.")
-
-
-class AnthropicErrorEnvelope(BaseModel):
-    """Every error on the Messages route: Anthropic's envelope, without a `code`."""
-
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={
-            "examples": [
-                {
-                    "type": "error",
-                    "error": {
-                        "type": "invalid_request_error",
-                        "message": "`max_tokens` is required.",
-                    },
-                }
-            ]
-        },
-    )
-    type: Literal["error"]
-    error: AnthropicErrorBody
-
-
-_ENVELOPES: dict[Envelope, type[BaseModel]] = {
-    Envelope.OPENAI: ErrorEnvelope,
-    Envelope.FLAT: FlatErrorEnvelope,
-    Envelope.ANTHROPIC: AnthropicErrorEnvelope,
-}
-
-
-def error_responses(*statuses: int, style: Envelope = Envelope.OPENAI) -> dict[int, type]:
+def error_responses(*statuses: int, envelope: Envelope = MORTAR_ENVELOPE) -> dict[int, type]:
     """A `response=` entry for each status, answered in the route's error envelope."""
-    return dict.fromkeys(statuses, _ENVELOPES[style])
+    return dict.fromkeys(statuses, envelope.schema)
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
-"""The request Mortar's lean ASGI dispatch builds, and the request id every response carries.
+"""The request the API's dispatch builds, and the request id every response carries.
 
-`core.http.asgi` builds an `ApiRequest` straight from the ASGI scope for the hot path and hands
-it to the same ninja operation Django's handler would call. It has what that operation and the
-pipeline read from Django's `HttpRequest` — the method, path, headers and body — and room for
-what ninja sets on a request (`auth`), so code that reads requests takes either.
+`core.http.dispatch` builds an `ApiRequest` straight from the ASGI scope and hands it to the
+route's view (a ninja operation). It has what the API's operations read — the method, path,
+headers, query and body — and room for what ninja sets on a request (`auth`); the gateway builds
+the same for the requests Mortar makes of itself (`gateway.inprocess`).
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TypeVar, overload
 
-from django.http import HttpRequest
+from django.http import QueryDict
 
+from core.http.envelopes import MORTAR_ENVELOPE, Envelope
 from core.ids import new_hex_id
 
 _CLIENT_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
@@ -58,17 +59,19 @@ class RequestHeaders(Mapping[str, str]):
 
 class ApiRequest:
     """One API request read straight from ASGI: the body as received (cut one byte past the
-    limit, with `body_size` counting every byte sent), its headers and its request id."""
+    limit, with `body_size` counting every byte sent), its headers, query and request id."""
 
     __slots__ = (
-        "GET",
         "_ninja_csrf_exempt",
+        "_query",
         "auth",
         "body",
         "body_size",
+        "envelope",
         "headers",
         "method",
         "path",
+        "query_string",
         "request_id",
     )
 
@@ -81,6 +84,8 @@ class ApiRequest:
         body_size: int,
         headers: RequestHeaders,
         request_id: str,
+        query_string: bytes = b"",
+        envelope: Envelope = MORTAR_ENVELOPE,
     ):
         self.method = method
         self.path = path
@@ -88,12 +93,19 @@ class ApiRequest:
         self.body_size = body_size
         self.headers = headers
         self.request_id = request_id
-        self.GET: Mapping[str, str] = {}
+        self.query_string = query_string
+        # The envelope of the route's errors, for the API's exception handlers.
+        self.envelope = envelope
+        self._query: QueryDict | None = None
         self.auth: Any = None
 
-
-# What code that reads requests accepts: the lean dispatch's or Django's.
-AnyRequest = ApiRequest | HttpRequest
+    @property
+    def GET(self) -> QueryDict:
+        """The query's parameters, as Django parses them (on first use: most requests have
+        none to read)."""
+        if self._query is None:
+            self._query = QueryDict(self.query_string.decode("utf-8", "replace"))
+        return self._query
 
 
 def request_id_from(headers: Mapping[str, str]) -> str:
@@ -102,21 +114,3 @@ def request_id_from(headers: Mapping[str, str]) -> str:
     if _CLIENT_REQUEST_ID.fullmatch(given):
         return given
     return f"req_{new_hex_id()}"
-
-
-# Where `RequestIdMiddleware` keeps the id on Django's request (an `ApiRequest` has the slot).
-REQUEST_ID_ATTRIBUTE = "request_id"
-
-
-def request_id_of(request: AnyRequest) -> str:
-    """The id the request was given on arrival (by the dispatch or `RequestIdMiddleware`)."""
-    found = getattr(request, REQUEST_ID_ATTRIBUTE, None)
-    return found if isinstance(found, str) else request_id_from(request.headers)
-
-
-def body_of(request: AnyRequest) -> tuple[bytes, int]:
-    """The body as kept, and how many bytes the client sent."""
-    if isinstance(request, ApiRequest):
-        return request.body, request.body_size
-    body = request.body
-    return body, len(body)

@@ -2,28 +2,28 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 import orjson
 from django.http import HttpResponse, StreamingHttpResponse
 
-from core.errors import Envelope, MortarError, envelope
+from core.errors import MortarError
+from core.http.envelopes import MORTAR_ENVELOPE, Envelope
 
 
 def error_response(
     error: MortarError,
     headers: dict[str, str] | None = None,
     *,
-    style: Envelope | None = None,
+    envelope: Envelope = MORTAR_ENVELOPE,
 ) -> HttpResponse:
-    """The error in its envelope, with its status (PRODUCT.md decision 3), and `Retry-After`
-    when it says when to come back."""
+    """The error in the route's envelope, with its status, and `Retry-After` when it says when
+    to come back."""
     if error.retry_after is not None:
         headers = {**(headers or {}), "Retry-After": str(error.retry_after)}
     return HttpResponse(
-        orjson.dumps(envelope(error, style)),
+        orjson.dumps(envelope.body(error)),
         status=error.status,
         content_type="application/json",
         headers=headers,
@@ -41,10 +41,9 @@ def json_response(
 class EventStreamResponse(StreamingHttpResponse):
     """A stream of server-sent events Mortar encoded itself (bytes, sent as they are).
 
-    Either HTTP path serves it: Django's handler iterates it and calls `close()` (on a worker
-    thread) once the response is over; the lean dispatch iterates it and calls `finished()`.
-    `on_finish` runs once either way, on the event loop — for a stream the client left before
-    reading it all, that is what closes its run.
+    Whoever serves it (the API's dispatch, or an in-process caller that drains it) iterates it
+    and calls `finished()` once the response is over. `on_finish` runs once, on the event loop —
+    for a stream the client left before reading it all, that is what closes its run.
     """
 
     def __init__(
@@ -59,7 +58,6 @@ class EventStreamResponse(StreamingHttpResponse):
         self["X-Accel-Buffering"] = "no"
         self.events = events
         self._on_finish: Callable[[], None] | None = on_finish
-        self._loop = asyncio.get_running_loop()
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         # The events themselves, not Django's per-part wrapper: closing what this returns
@@ -71,10 +69,6 @@ class EventStreamResponse(StreamingHttpResponse):
         on_finish, self._on_finish = self._on_finish, None
         if on_finish is not None:
             on_finish()
-
-    def close(self) -> None:
-        super().close()
-        self._loop.call_soon_threadsafe(self.finished)
 
 
 class DeferredResponse(HttpResponse):

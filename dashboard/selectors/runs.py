@@ -21,9 +21,9 @@ from django.db import connection
 from django.db.models import BooleanField, DurationField, ExpressionWrapper, F, Q, QuerySet
 from django.db.models.expressions import RawSQL
 
-from core.ids import is_message_id
 from dashboard.selectors.images import body_as_received
 from dashboard.selectors.replies import Reply, reply_of
+from gateway.pipeline.surface import surface_of_run
 from telemetry.models import Run, RunChunk
 
 PAGE_SIZE = 50
@@ -300,8 +300,7 @@ def run_curl(run: Run, *, base_url: str) -> str | None:
     if received is None:
         return None
     body = received.decode("utf-8", "replace")
-    # The route the run came in on: its id says which (a Messages run's is `msg_…`).
-    route = "/v1/messages" if is_message_id(run.pk) else "/v1/chat/completions"
+    route = surface_of_run(run.pk).path  # the route the run came in on
     lines = [
         f"curl -N {shlex.quote(base_url.rstrip('/') + route)}",
         '-H "Authorization: Bearer $MORTAR_API_KEY"',

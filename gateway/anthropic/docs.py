@@ -9,15 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.errors import Envelope
 from core.http.openapi import (
-    AnthropicErrorEnvelope,
     SchemaRef,
     error_responses,
     event_stream_content,
     json_content,
     json_text,
 )
+from gateway.anthropic.envelope import ANTHROPIC_ENVELOPE, AnthropicErrorEnvelope
 from gateway.anthropic.examples import (
     COUNT_TOKENS_REQUESTS,
     EVENT_STREAM_EXAMPLE,
@@ -67,7 +66,7 @@ MESSAGE_HEADERS = {
 }
 
 _ERRORS = (400, 401, 402, 404, 409, 413, 429, 502, 503, 504, 529)
-MESSAGE_RESPONSES = {200: Message, **error_responses(*_ERRORS, style=Envelope.ANTHROPIC)}
+MESSAGE_RESPONSES = {200: Message, **error_responses(*_ERRORS, envelope=ANTHROPIC_ENVELOPE)}
 MESSAGE_DOCS: dict[str, Any] = {
     "parameters": [*CHAT_REQUEST_HEADERS, *ANTHROPIC_HEADERS],
     "requestBody": {
@@ -122,7 +121,7 @@ MESSAGE_DOCS: dict[str, Any] = {
 
 COUNT_TOKENS_RESPONSES = {
     200: TokenCount,
-    **error_responses(400, 401, 404, 413, 503, style=Envelope.ANTHROPIC),
+    **error_responses(400, 401, 404, 413, 503, envelope=ANTHROPIC_ENVELOPE),
 }
 COUNT_TOKENS_DOCS: dict[str, Any] = {
     # The headers that change what is counted: the optimizer and named tool selection.

@@ -18,7 +18,6 @@ from typing import Any
 
 import orjson
 
-from core.errors import Envelope, MortarError, envelope
 from gateway.anthropic.translate import MessageStream, completion_to_message, encode_event
 from gateway.generation.reply import Delta, Generation
 
@@ -33,7 +32,6 @@ def _encoded(events: list[tuple[str, dict[str, Any]]]) -> list[bytes]:
 class MessagesRendering:
     """One reply of the Messages route (`msg_…`), rendered from the relay's OpenAI shapes."""
 
-    style = Envelope.ANTHROPIC
     ping = PING
 
     def __init__(
@@ -98,8 +96,8 @@ class MessagesRendering:
         # The relay's usage: the model server's own counts, or Mortar's estimate.
         return _encoded(events + self._stream.finish(usage=usage))
 
-    def failure(self, error: MortarError) -> bytes:
-        return encode_event("error", envelope(error, Envelope.ANTHROPIC))
+    def failure(self, error: dict[str, Any]) -> bytes:
+        return encode_event("error", error)
 
 
 def chat_usage_of_message(body: bytes) -> dict[str, Any] | None:

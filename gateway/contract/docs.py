@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.http.envelopes import ErrorEnvelope
 from core.http.openapi import (
-    ErrorEnvelope,
     SchemaRef,
     error_responses,
     event_stream_content,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.errors import InvalidParameter
-from core.http.requests import AnyRequest
+from core.http.requests import ApiRequest
 from gateway.optimizer import OPT_IN_PASSES
 
 OPTIMIZE_VALUES = {"off", "on"}
@@ -18,7 +18,7 @@ class MortarHeaders:
     tool_select: str | None
 
 
-def read_mortar_headers(request: AnyRequest) -> MortarHeaders:
+def read_mortar_headers(request: ApiRequest) -> MortarHeaders:
     """Validate `X-Mortar-Optimize` and `X-Mortar-Tool-Select`; unknown values are a 400."""
     raw = request.headers.get("X-Mortar-Optimize", "").strip()
     values = tuple(v.strip().lower() for v in raw.split(",") if v.strip()) if raw else ()

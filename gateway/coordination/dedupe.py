@@ -28,13 +28,12 @@ from django.http import HttpResponse
 from core.backplane import Backplane, backplane
 from core.errors import (
     BackendUnavailable,
-    Envelope,
     IdempotencyConflict,
     InvalidParameter,
     UpstreamError,
-    envelope,
 )
-from core.http.requests import AnyRequest
+from core.http.envelopes import Envelope
+from core.http.requests import ApiRequest
 from core.loops import PerLoop
 
 logger = logging.getLogger(__name__)
@@ -53,7 +52,7 @@ class DedupeRequest:
 
 
 def read_dedupe_request(
-    request: AnyRequest, body: bytes, *, streaming: bool
+    request: ApiRequest, body: bytes, *, streaming: bool
 ) -> DedupeRequest | None:
     """Validate `X-Mortar-Dedupe` and `Idempotency-Key`; None when dedupe isn't asked for."""
     mode = request.headers.get("X-Mortar-Dedupe", "").strip().lower()
@@ -123,12 +122,12 @@ class Claim:
             Answer(response.status_code, response.content, response.get("Content-Type", "")),
         )
 
-    async def abandon(self, style: Envelope) -> None:
+    async def abandon(self, envelope: Envelope) -> None:
         """The leader could not finish: waiters get an error (in the route's envelope) rather
         than waiting forever."""
         error = UpstreamError("The shared generation this request waited for was cancelled.")
         await self._board.answer(
-            self, Answer(error.status, orjson.dumps(envelope(error, style)), "application/json")
+            self, Answer(error.status, orjson.dumps(envelope.body(error)), "application/json")
         )
 
     async def wait(self) -> Answer:

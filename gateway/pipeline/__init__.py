@@ -24,7 +24,7 @@ from django.http import HttpResponse
 
 from accounts.models import ApiKey
 from core.errors import MortarError
-from core.http.requests import AnyRequest
+from core.http.requests import ApiRequest
 from core.http.responses import EventStreamResponse
 from core.tracing import annotate, step
 from gateway.anthropic.validation import validate_count_tokens_request
@@ -39,13 +39,13 @@ from gateway.pipeline.plan import Plan, plan, plan_prompt, resolve
 from gateway.pipeline.surface import CHAT_COMPLETIONS, MESSAGES, Surface
 
 
-async def chat_completion(request: AnyRequest, key: ApiKey) -> HttpResponse | EventStreamResponse:
+async def chat_completion(request: ApiRequest, key: ApiKey) -> HttpResponse | EventStreamResponse:
     """`POST /v1/chat/completions`."""
     return await complete(request, key, CHAT_COMPLETIONS)
 
 
 async def completion_for_key(
-    request: AnyRequest, key: ApiKey, surface: Surface, *, rerun_of: str | None = None
+    request: ApiRequest, key: ApiKey, surface: Surface, *, rerun_of: str | None = None
 ) -> HttpResponse | EventStreamResponse:
     """A request already authenticated as `key`, on `surface`: a re-run (`rerun_of` names the
     run it sends again, `gateway.reruns`) or the dashboard's playground, run in-process.
@@ -54,13 +54,13 @@ async def completion_for_key(
     return await complete(request, key, surface, rerun_of=rerun_of)
 
 
-async def message_create(request: AnyRequest, key: ApiKey) -> HttpResponse | EventStreamResponse:
+async def message_create(request: ApiRequest, key: ApiKey) -> HttpResponse | EventStreamResponse:
     """`POST /v1/messages`."""
     return await complete(request, key, MESSAGES)
 
 
 async def complete(
-    request: AnyRequest, key: ApiKey, surface: Surface, *, rerun_of: str | None = None
+    request: ApiRequest, key: ApiKey, surface: Surface, *, rerun_of: str | None = None
 ) -> HttpResponse | EventStreamResponse:
     accepted = accept(surface.id_prefix)
     organization = key.organization
@@ -96,14 +96,14 @@ async def complete(
     try:
         response = await generate(decided, accepted, organization, recorder)
     except BaseException:
-        await claim.abandon(surface.style)
+        await claim.abandon(surface.envelope)
         raise
     assert isinstance(response, HttpResponse)  # dedupe is for non-streaming requests only
     await claim.answer(response)
     return response
 
 
-async def message_token_count(request: AnyRequest, key: ApiKey) -> int:
+async def message_token_count(request: ApiRequest, key: ApiKey) -> int:
     """`POST /v1/messages/count_tokens`: the prompt tokens `POST /v1/messages` would bill for
     the same body and headers — the same validation, translation, model, tool selector,
     optimizer and counter — and no run (nothing is generated)."""

@@ -10,7 +10,7 @@ from django.conf import settings
 
 from accounts.models import ApiKey, Organization
 from core.errors import RequestTooLarge
-from core.http.requests import AnyRequest, body_of, request_id_of
+from core.http.requests import ApiRequest
 from core.ids import new_hex_id
 from telemetry.events import event_publisher
 from telemetry.leases import worker_of_new_runs
@@ -39,7 +39,7 @@ def accept(id_prefix: str) -> Accepted:
     )
 
 
-def run_recorder(accepted: Accepted, key: ApiKey, request: AnyRequest) -> RunRecorder:
+def run_recorder(accepted: Accepted, key: ApiKey, request: ApiRequest) -> RunRecorder:
     """The recorder of the request's run: a run of the key's organization from now on."""
     organization = key.organization
     recorder = RunRecorder(
@@ -53,13 +53,13 @@ def run_recorder(accepted: Accepted, key: ApiKey, request: AnyRequest) -> RunRec
         route=request.path,
         organization=organization.name,
     )
-    recorder.set(api_key_id=key.id, request_id=request_id_of(request))
+    recorder.set(api_key_id=key.id, request_id=request.request_id)
     return recorder
 
 
-def read_body(request: AnyRequest, recorder: RunRecorder) -> bytes:
+def read_body(request: ApiRequest, recorder: RunRecorder) -> bytes:
     """The body as received, recorded with the run; over the limit it is a 413."""
-    body, size = body_of(request)
+    body, size = request.body, request.body_size
     if size > settings.MORTAR_MAX_BODY_BYTES:
         recorder.set(
             request_body=body[:REFUSED_BODY_KEEP_BYTES],
@@ -71,9 +71,9 @@ def read_body(request: AnyRequest, recorder: RunRecorder) -> bytes:
     return body
 
 
-def body_within_limit(request: AnyRequest) -> bytes:
+def body_within_limit(request: ApiRequest) -> bytes:
     """The body of a request that is not a run (counting tokens); over the limit it is a 413."""
-    body, size = body_of(request)
+    body, size = request.body, request.body_size
     if size > settings.MORTAR_MAX_BODY_BYTES:
         raise too_large(size)
     return body

@@ -18,7 +18,7 @@ from telemetry.recording import RunRecorder
 
 def refuse(error: MortarError, recorder: RunRecorder, plan: Plan) -> HttpResponse:
     """Answer with the surface's error envelope, and record the run with it."""
-    response = error_response(error, plan.headers(), style=plan.surface.style)
+    response = error_response(error, plan.headers(), envelope=plan.surface.envelope)
     recorder.chunk(response.content)
     recorder.close(
         status=Run.Status.REFUSED if error.status < 500 else Run.Status.FAILED,

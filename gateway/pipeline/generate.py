@@ -126,6 +126,7 @@ async def generate(
                 finish_chunk_delta=organization.finish_chunk_delta,
             )
         ),
+        envelope=plan.surface.envelope,
         recorder=recorder,
         prompt_tokens=plan.prompt_tokens,
         headers=plan.headers(),

@@ -18,7 +18,7 @@ from accounts.models import Organization
 from billing.services.holds import HeldBudget
 from billing.services.ratelimits import Limited
 from core.errors import ContextLengthExceeded
-from core.http.requests import AnyRequest
+from core.http.requests import ApiRequest
 from core.tracing import step
 from gateway.catalog.selectors import model_resolve
 from gateway.contract.chat import ChatRequest
@@ -149,7 +149,7 @@ class Plan:
 
 
 async def plan(
-    request: AnyRequest,
+    request: ApiRequest,
     body: bytes,
     organization: Organization,
     recorder: RunRecorder,
@@ -165,7 +165,7 @@ async def plan(
 
 
 async def plan_validated(
-    request: AnyRequest,
+    request: ApiRequest,
     body: bytes,
     chat: ChatRequest,
     mortar_headers: MortarHeaders,

@@ -80,7 +80,7 @@ async def json_response(relay: Relay) -> HttpResponse:
         relay.close_run(Run.Status.CANCELLED, http_status=499, error_code="client_disconnected")
         raise
     except MortarError as error:
-        response = error_response(error, relay.headers, style=relay.rendering.style)
+        response = error_response(error, relay.headers, envelope=relay.envelope)
         relay.recorder.chunk(response.content)
         relay.close_run(
             Run.Status.FAILED,

@@ -10,6 +10,7 @@ from typing import Any
 from billing.costs import Prices, cached_tokens_of, usage_cost
 from billing.services.holds import HeldBudget
 from core.flags import Flag
+from core.http.envelopes import Envelope
 from gateway.generation.reply import Deltas, Generation
 from gateway.relay.rendering import Rendering
 from telemetry.models import Run
@@ -30,6 +31,8 @@ class Relay:
     generation: Generation
     # The bytes of the reply, in the dialect of the surface that asked (chat or Messages).
     rendering: Rendering
+    # The envelope of an error, as the surface's route writes it.
+    envelope: Envelope
     recorder: RunRecorder
     prompt_tokens: int
     headers: dict[str, str]

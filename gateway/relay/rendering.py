@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from core.errors import Envelope, MortarError, envelope
 from gateway.generation.reply import Delta, Generation
 from gateway.relay.chunks import DONE, ChunkEncoder, error_event
 
@@ -21,8 +20,7 @@ CHAT_PING = b": ping\n\n"
 class Rendering(Protocol):
     """The bytes of one reply, for its surface."""
 
-    # The envelope an error is answered in, and the event sent while the model is quiet.
-    style: Envelope
+    # The event sent while the model is quiet.
     ping: bytes
 
     def body(self, generation: Generation, usage: dict[str, Any]) -> bytes:
@@ -43,8 +41,9 @@ class Rendering(Protocol):
         """The events that end a stream; `stopped` when someone pressed Stop."""
         ...
 
-    def failure(self, error: MortarError) -> bytes:
-        """The one event of an error after the stream started (PRODUCT.md decision 9)."""
+    def failure(self, error: dict[str, Any]) -> bytes:
+        """The one event of an error after the stream started, `error` its body in the
+        surface's envelope; nothing follows it."""
         ...
 
 
@@ -54,7 +53,6 @@ class ChatRendering:
     for, `[DONE]`. A stopped stream sends no finish chunk (spec, "When a stream ends early");
     the usage chunk and `[DONE]` still follow."""
 
-    style = Envelope.OPENAI
     ping = CHAT_PING
 
     def __init__(
@@ -85,5 +83,5 @@ class ChatRendering:
         events.append(DONE)
         return events
 
-    def failure(self, error: MortarError) -> bytes:
-        return error_event(envelope(error, Envelope.OPENAI))
+    def failure(self, error: dict[str, Any]) -> bytes:
+        return error_event(error)

@@ -94,7 +94,7 @@ async def sse_events(relay: Relay) -> AsyncGenerator[bytes, None]:
             logger.exception("run %s failed mid-stream", recorder.run_id)
             error = GenerationFailed("The generation failed.")
         # Spec, "When a stream ends early": one event with the envelope, and nothing after it.
-        send(rendering.failure(error))
+        send(rendering.failure(relay.envelope.body(error)))
         yield take()
         relay.close_run(
             Run.Status.FAILED, http_status=200, error_code=error.code, error_message=error.message

@@ -1,5 +1,5 @@
-"""The Messages route's errors: Anthropic's envelope, no `code`, the status → type table of issue
-13, and a `request-id` header beside `X-Request-Id` — on a real server process."""
+"""The Messages route's errors: Anthropic's envelope, no `code`, the status → type table, and a
+`request-id` header beside `X-Request-Id` — on a real server process."""
 
 from __future__ import annotations
 
@@ -8,14 +8,8 @@ import httpx
 import orjson
 import pytest
 
-from core.errors import (
-    ANTHROPIC_ERROR_TYPES,
-    Envelope,
-    HttpStatusError,
-    MortarError,
-    UpstreamRejected,
-    envelope,
-)
+from core.errors import HttpStatusError, MortarError, UpstreamRejected
+from gateway.anthropic.envelope import ANTHROPIC_ENVELOPE, ERROR_TYPES
 from tests.conftest import Tenant, stored_bytes, wait_for_run
 from tests.support.servers import ServerProcess
 from tests.support.upstreams import MockPair
@@ -361,22 +355,20 @@ def test_the_sdk_raises_on_an_error_event(
     assert caught.value.body["error"]["type"] == "api_error"
 
 
-@pytest.mark.parametrize("status", sorted({*ANTHROPIC_ERROR_TYPES, 405, 409, 410, 501}))
+@pytest.mark.parametrize("status", sorted({*ERROR_TYPES, 405, 409, 410, 501}))
 def test_every_status_has_its_anthropic_type_and_no_code(status: int) -> None:
     error: MortarError = (
         UpstreamRejected("refused", status=status)
         if status < 500
         else HttpStatusError("failed", status=status)
     )
-    body = envelope(error, Envelope.ANTHROPIC)
-    expected = ANTHROPIC_ERROR_TYPES.get(
-        status, "invalid_request_error" if status < 500 else "api_error"
-    )
+    body = ANTHROPIC_ENVELOPE.body(error)
+    expected = ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
     assert body == {"type": "error", "error": {"type": expected, "message": error.message}}
 
 
-def test_the_table_is_the_issues() -> None:
-    assert ANTHROPIC_ERROR_TYPES == {
+def test_the_status_table_is_anthropics() -> None:
+    assert ERROR_TYPES == {
         400: "invalid_request_error",
         401: "authentication_error",
         402: "billing_error",
@@ -390,4 +382,4 @@ def test_the_table_is_the_issues() -> None:
         504: "timeout_error",
         529: "overloaded_error",
     }
-    assert envelope(MortarError("boom"), Envelope.ANTHROPIC)["error"]["type"] == "api_error"
+    assert ANTHROPIC_ENVELOPE.body(MortarError("boom"))["error"]["type"] == "api_error"
