@@ -12,13 +12,12 @@ import logging
 import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any, Unpack
+from typing import Any, NamedTuple, Unpack
 
 from core.tracing import step
 from telemetry import metrics
 from telemetry.events import EventPublisher
 from telemetry.models import Run
-from telemetry.records import BudgetDraw
 from telemetry.request_log import request_logged
 from telemetry.store.items import ChunkSent, RunClosed, RunOpened
 from telemetry.store.records import ImageRecord, RunFields, RunOutcome
@@ -27,8 +26,21 @@ from telemetry.store.writer import RunWriter
 logger = logging.getLogger(__name__)
 
 
+class Decided(NamedTuple):
+    """A run as its request's code decided it: its fields, and the images its request carried
+    (stored with its body, once each by content)."""
+
+    fields: RunFields
+    images: Sequence[ImageRecord] = ()
+
+
 class RunRecorder:
-    """Collects a run's fields and chunks and hands them on, never blocking."""
+    """Hands a run's row, chunks and events on as they happen, never blocking.
+
+    The run is written as it was decided when it opens (`open`), or with its outcome when it
+    closes without having opened (a refusal: `close(decided=…)`); what happens to it after it
+    opens is its routing (`routed`), its chunks and its outcome.
+    """
 
     def __init__(
         self,
@@ -60,7 +72,8 @@ class RunRecorder:
             # The lease of the worker serving it: closed as interrupted if that lease expires.
             "worker": worker,
         }
-        self._late_fields: RunFields = {}
+        # Where it went (`routed`): written with its outcome.
+        self._routing: RunFields = {}
         self._images: tuple[ImageRecord, ...] = ()
         self._early_chunks: list[ChunkSent] = []
         self._opened = False
@@ -69,23 +82,7 @@ class RunRecorder:
         self._replica_name: str | None = None
         self.first_token_at: datetime | None = None
 
-    # -- fields and events ---------------------------------------------------------------
-
-    def set(self, **fields: Unpack[RunFields]) -> None:
-        """Note fields of the run; once it is open they are written with its outcome."""
-        if self._opened:
-            self._late_fields.update(fields)
-        else:
-            self._fields.update(fields)
-
-    def set_budget_draw(self, draw: BudgetDraw) -> None:
-        """What the run drew from its worker's slice of its budgets (before it is opened): it
-        travels in the run's opened row (with `held_usd`, its amount), whose insert takes it."""
-        self.set(budget_slice=draw.slice_id, held_prompt_usd=draw.prompt_usd)
-
-    def set_images(self, images: Sequence[ImageRecord]) -> None:
-        """Note the images the request carries: stored with its body, once each by content."""
-        self._images = tuple(images)
+    # -- events ------------------------------------------------------------------------
 
     def publish(self, event_type: str, **fields: Any) -> None:
         if self._events is not None:
@@ -136,9 +133,10 @@ class RunRecorder:
 
     # -- the run's life ------------------------------------------------------------------
 
-    def open(self, **fields: Unpack[RunFields]) -> None:
-        """Write the run as in progress, before its first chunk."""
-        self._fields.update(fields)
+    def open(self, decided: Decided) -> None:
+        """Write the run as decided, in progress, before its first chunk."""
+        self._fields.update(decided.fields)
+        self._images = tuple(decided.images)
         self._fields["status"] = Run.Status.IN_PROGRESS
         self._writer.submit(self._opened_row())
         self._opened = True
@@ -153,7 +151,8 @@ class RunRecorder:
     ) -> None:
         """The replica that answers: its URL stored for operators, its name (never the URL)
         in the events API clients read."""
-        self.set(replica=replica, session_kept=session_kept)
+        self._routing["replica"] = replica
+        self._routing["session_kept"] = session_kept
         self._replica_name = replica_name or None
         self.publish(
             "request.routed",
@@ -178,18 +177,29 @@ class RunRecorder:
             ttft = self.first_token_at - self.accepted_at
             self.publish("generation.first_token", ttftMs=round(ttft.total_seconds() * 1000, 1))
 
-    def close(self, *, status: str, **fields: Unpack[RunOutcome]) -> None:
-        """Write the run's outcome, publish it and count it; only the first close counts."""
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(
+        self, *, status: str, decided: Decided | None = None, **fields: Unpack[RunOutcome]
+    ) -> None:
+        """Write the run's outcome, publish it and count it; only the first close counts.
+
+        A run closed without having opened is written whole here, as `decided` and closed."""
         if self._closed:
             return
         self._closed = True
+        if not self._opened and decided is not None:
+            self._fields.update(decided.fields)
+            self._images = tuple(decided.images)
         with step("record"):
             self._close(status, fields)
 
     def _close(self, status: str, fields: RunOutcome) -> None:
         elapsed_us, finished_at = self._now()
         outcome: RunFields = {
-            **self._late_fields,
+            **self._routing,
             **fields,
             "status": status,
             "finished_at": finished_at,

@@ -12,13 +12,17 @@ error envelope and how the reply is rendered. `message_token_count` runs the sam
 the count, without a run.
 
 Each step is a small function with one job in this package's modules (`accept`, `validate`,
-`plan`, `generate`, `finish`); this module only puts them in order. A refused request (4xx)
-is still recorded as a run of the key's organization, with the body as received and the error
-body as sent. Only a request without a valid key is not a run: it has no organization to belong
-to (the operation's auth refuses it before the pipeline starts).
+`plan`, `limits`, `budget`, `generate`, `finish`); this module only puts them in order. What the
+steps decide goes into the request's `Plan`, and its run is recorded from it (`record`): a
+refused request (4xx) is still a run of the key's organization, with the body as received and
+the error body as sent, and however a request ends, its run's close settles its budget hold.
+Only a request without a valid key is not a run: it has no organization to belong to (the
+operation's auth refuses it before the pipeline starts).
 """
 
 from __future__ import annotations
+
+import logging
 
 from django.http import HttpResponse
 
@@ -30,13 +34,16 @@ from core.tracing import annotate, step
 from gateway.anthropic.validation import validate_count_tokens_request
 from gateway.contract.headers import read_mortar_headers
 from gateway.coordination.dedupe import in_flight_board
-from gateway.pipeline.accept import accept, body_within_limit, read_body, run_recorder
-from gateway.pipeline.budget import hold_budget, release_budget
-from gateway.pipeline.finish import refuse, share
+from gateway.pipeline.accept import accept, body_within_limit, receive
+from gateway.pipeline.budget import hold_budget
+from gateway.pipeline.finish import share
 from gateway.pipeline.generate import generate
 from gateway.pipeline.limits import rate_limits_check
 from gateway.pipeline.plan import Plan, plan, plan_prompt, resolve
+from gateway.pipeline.record import run_record
 from gateway.pipeline.surface import CHAT_COMPLETIONS, MESSAGES, Surface
+
+logger = logging.getLogger(__name__)
 
 
 async def chat_completion(request: ApiRequest, key: ApiKey) -> HttpResponse | EventStreamResponse:
@@ -64,17 +71,18 @@ async def complete(
 ) -> HttpResponse | EventStreamResponse:
     accepted = accept(surface.id_prefix)
     organization = key.organization
-    recorder = run_recorder(accepted, key, request)
-    if rerun_of is not None:
-        recorder.set(rerun_of=rerun_of)
     annotate(run_id=accepted.completion_id, organization=organization.name)
-    decided = Plan(run_id=accepted.completion_id, surface=surface)
+    received = receive(request, key)
+    decided = Plan(
+        run_id=accepted.completion_id, surface=surface, received=received, rerun_of=rerun_of
+    )
+    record = run_record(decided, accepted, key, route=request.path)
 
     try:
-        body = read_body(request, recorder)
-        await plan(request, body, organization, recorder, decided)
+        body = received.within_limit()
+        await plan(request, body, organization, decided)
         await rate_limits_check(key=key, decided=decided)
-        await hold_budget(key, recorder, decided)
+        await hold_budget(key, decided)
         claim = None
         if decided.dedupe is not None:
             with step("dedupe"):
@@ -82,19 +90,23 @@ async def complete(
                     organization.id, decided.dedupe, accepted.completion_id
                 )
     except MortarError as error:
-        release_budget(recorder, decided)
-        return refuse(error, recorder, decided)
+        return record.refuse(error)
+    except Exception:
+        # Mortar's own fault: answered and recorded as the 500 it is.
+        logger.exception("The request of %s failed before generating", accepted.completion_id)
+        return record.refuse(MortarError("Mortar failed to handle the request."))
+    except BaseException:
+        record.cancel()  # the client went away (its hold, if one was taken, is released)
+        raise
 
     if claim is None:
-        return await generate(decided, accepted, organization, recorder)
+        return await generate(record, organization)
     if claim.role == "shared":
         # The leader's run is charged for the generation; this one costs nothing.
-        release_budget(recorder, decided)
-        return await share(claim, recorder, decided)
+        return await share(claim, record)
     decided.dedupe_role = "leader"
-    recorder.set(dedupe_role="leader")
     try:
-        response = await generate(decided, accepted, organization, recorder)
+        response = await generate(record, organization)
     except BaseException:
         await claim.abandon(surface.envelope)
         raise

@@ -1,4 +1,5 @@
-"""Accept a request: give it its run (the completion id), and read its body against the limit."""
+"""Accept a request: give it its run (the completion id), and take in its body against the
+limit."""
 
 from __future__ import annotations
 
@@ -8,14 +9,10 @@ from datetime import UTC, datetime
 
 from django.conf import settings
 
-from accounts.models import ApiKey, Organization
+from accounts.models import ApiKey
 from core.errors import RequestTooLarge
 from core.http.requests import ApiRequest
 from core.ids import new_hex_id
-from telemetry.events import event_publisher
-from telemetry.leases import worker_of_new_runs
-from telemetry.recording import RunRecorder
-from telemetry.store.running import run_writer
 
 # A refused body is kept for debugging, but a 4 MiB one is not worth keeping whole.
 REFUSED_BODY_KEEP_BYTES = 64 * 1024
@@ -23,7 +20,7 @@ REFUSED_BODY_KEEP_BYTES = 64 * 1024
 
 @dataclass(frozen=True)
 class Accepted:
-    completion_id: str  # the run id too (PRODUCT.md decision 11), and a message's id
+    completion_id: str  # the run id too, and a completion's or a message's id
     accepted_at: datetime
     created: int
 
@@ -39,36 +36,33 @@ def accept(id_prefix: str) -> Accepted:
     )
 
 
-def run_recorder(accepted: Accepted, key: ApiKey, request: ApiRequest) -> RunRecorder:
-    """The recorder of the request's run: a run of the key's organization from now on."""
-    organization = key.organization
-    recorder = RunRecorder(
-        run_id=accepted.completion_id,
-        accepted_at=accepted.accepted_at,
-        organization_id=organization.id,
-        writer=run_writer(),
-        worker=worker_of_new_runs(),
-        events=event_publisher(),
-        keep_content=organization.retention == Organization.Retention.FULL,
-        route=request.path,
-        organization=organization.name,
-    )
-    recorder.set(api_key_id=key.id, request_id=request.request_id)
-    return recorder
+@dataclass(frozen=True)
+class Received:
+    """What arrived, stored with the run whatever happens next: the key it came with, its
+    request id and its body (one over the limit only in part)."""
+
+    key_id: int
+    request_id: str
+    body: bytes
+    size: int  # every byte the client sent
+
+    @property
+    def too_large(self) -> bool:
+        return self.size > settings.MORTAR_MAX_BODY_BYTES
+
+    def within_limit(self) -> bytes:
+        """The body; over the limit it is a 413."""
+        if self.too_large:
+            raise too_large(self.size)
+        return self.body
 
 
-def read_body(request: ApiRequest, recorder: RunRecorder) -> bytes:
-    """The body as received, recorded with the run; over the limit it is a 413."""
+def receive(request: ApiRequest, key: ApiKey) -> Received:
+    """The request as received (the first 64 KiB of a body over the limit)."""
     body, size = request.body, request.body_size
     if size > settings.MORTAR_MAX_BODY_BYTES:
-        recorder.set(
-            request_body=body[:REFUSED_BODY_KEEP_BYTES],
-            request_bytes=size,
-            request_truncated=True,
-        )
-        raise too_large(size)
-    recorder.set(request_body=body, request_bytes=len(body))
-    return body
+        body = body[:REFUSED_BODY_KEEP_BYTES]
+    return Received(key_id=key.id, request_id=request.request_id, body=body, size=size)
 
 
 def body_within_limit(request: ApiRequest) -> bytes:

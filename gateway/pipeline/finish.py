@@ -1,4 +1,4 @@
-"""Finish a request that does not generate: a refusal, or an answer shared from a leader."""
+"""Finish a request that does not generate: an answer shared from a leader."""
 
 from __future__ import annotations
 
@@ -9,50 +9,35 @@ from typing import Any
 from django.http import HttpResponse
 
 from core.errors import MortarError, UpstreamTimeout
-from core.http.responses import error_response
 from gateway.coordination.dedupe import Answer, Claim
 from gateway.pipeline.plan import Plan
+from gateway.pipeline.record import RunRecord
 from telemetry.models import Run
-from telemetry.recording import RunRecorder
 
 
-def refuse(error: MortarError, recorder: RunRecorder, plan: Plan) -> HttpResponse:
-    """Answer with the surface's error envelope, and record the run with it."""
-    response = error_response(error, plan.headers(), envelope=plan.surface.envelope)
-    recorder.chunk(response.content)
-    recorder.close(
-        status=Run.Status.REFUSED if error.status < 500 else Run.Status.FAILED,
-        http_status=error.status,
-        error_code=error.code,
-        error_message=error.message,
-    )
-    return response
-
-
-async def share(claim: Claim, recorder: RunRecorder, plan: Plan) -> HttpResponse:
+async def share(claim: Claim, record: RunRecord) -> HttpResponse:
     """Return the leader's answer as this request's own, stored as a run of its own.
 
     A shared run costs nothing: the leader's run carries the generation's cost.
     """
+    plan = record.plan
     assert plan.deployment is not None
     try:
         async with asyncio.timeout(plan.deployment.total_timeout_s + 30):
             answer = await claim.wait()
     except TimeoutError:
-        return refuse(UpstreamTimeout("The shared generation took too long."), recorder, plan)
+        return record.refuse(UpstreamTimeout("The shared generation took too long."))
     except MortarError as error:
-        return refuse(error, recorder, plan)
+        return record.refuse(error)
     plan.dedupe_role, plan.answered_by = "shared", claim.leader_id
     response = HttpResponse(
         answer.body, status=answer.status, content_type=answer.content_type, headers=plan.headers()
     )
     usage = shared_usage(answer, plan)
-    recorder.chunk(answer.body)
-    recorder.close(
-        status=Run.Status.COMPLETED if answer.status == 200 else Run.Status.FAILED,
+    record.recorder.chunk(answer.body)
+    record.close(
+        Run.Status.COMPLETED if answer.status == 200 else Run.Status.FAILED,
         http_status=answer.status,
-        dedupe_role="shared",
-        dedupe_leader=claim.leader_id,
         usage=usage,
         usage_source=Run.UsageSource.UPSTREAM if usage else "",
         completion_tokens=(usage or {}).get("completion_tokens"),

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 
 from django.conf import settings
 from django.http import HttpResponse
 
 from accounts.models import Organization
-from billing.services.ratelimits import count_usage
 from core.errors import MortarError
 from core.http.responses import EventStreamResponse
 from gateway.coordination.stop import live_generations
@@ -17,27 +15,20 @@ from gateway.generation.forwarding import encode_body, forward, upstream_body
 from gateway.generation.reply import Deltas, Generation
 from gateway.generation.scripted import ScriptedModel, one_per_batch
 from gateway.models import Deployment
-from gateway.pipeline.accept import Accepted
-from gateway.pipeline.budget import release_budget
-from gateway.pipeline.finish import refuse
-from gateway.pipeline.plan import Plan
+from gateway.pipeline.record import RunRecord
 from gateway.pipeline.surface import RenderingFor
 from gateway.relay.json import json_response
 from gateway.relay.relay import Relay
 from gateway.relay.sse import streaming_response
-from telemetry.models import Run
-from telemetry.recording import RunRecorder
 
 logger = logging.getLogger(__name__)
 
 
 async def generate(
-    plan: Plan,
-    accepted: Accepted,
-    organization: Organization,
-    recorder: RunRecorder,
+    record: RunRecord, organization: Organization
 ) -> HttpResponse | EventStreamResponse:
     """Generate the planned reply and relay it, as a stream or one JSON body."""
+    plan, recorder, run_id = record.plan, record.recorder, record.run_id
     chat, model, deployment, counter = plan.chat, plan.model, plan.deployment, plan.counter
     assert chat is not None and model is not None and deployment is not None
     assert counter is not None and plan.optimizer_report is not None and plan.session is not None
@@ -53,17 +44,17 @@ async def generate(
         )
     # In the crash log once open, before the model server has the prompt: a worker killed from
     # here on leaves a run (and its budget draw) the next worker stores, and charges.
-    recorder.open(stream=plan.stream, max_tokens=plan.max_tokens, upstream_request=upstream_request)
+    record.open(upstream_request=upstream_request)
     recorder.publish("optimizer.report", report=plan.optimizer_report.as_dict())
     live = live_generations()
 
     def release() -> None:
-        live.unregister(accepted.completion_id)
+        live.unregister(run_id)
 
     generation = Generation()
     deltas: Deltas
     try:
-        stop = await live.register(accepted.completion_id, organization.id)
+        stop = await live.register(run_id, organization.id)
         if forwarding:
             assert upstream_request is not None
             forwarded = await forward(
@@ -95,21 +86,16 @@ async def generate(
             ping_interval = None
     except MortarError as error:
         release()
-        release_budget(recorder, plan)
-        return refuse(error, recorder, plan)
+        return record.refuse(error)
     except Exception:
         # Mortar's own fault, not the client's: recorded as the 500 it is answered with, never
-        # as a disconnect (issue 15: such runs were stored as `cancelled`, 499).
-        logger.exception("The generation of %s failed to start", accepted.completion_id)
+        # as a disconnect.
+        logger.exception("The generation of %s failed to start", run_id)
         release()
-        release_budget(recorder, plan)
-        return refuse(MortarError("Mortar failed to start the generation."), recorder, plan)
+        return record.refuse(MortarError("Mortar failed to start the generation."))
     except BaseException:
-        release_budget(recorder, plan)
         # The client went away while the model server was being reached.
-        recorder.close(
-            status=Run.Status.CANCELLED, http_status=499, error_code="client_disconnected"
-        )
+        record.cancel()
         release()
         raise
 
@@ -118,26 +104,19 @@ async def generate(
         generation=generation,
         rendering=plan.surface.rendering(
             RenderingFor(
-                run_id=accepted.completion_id,
-                created=accepted.created,
+                run_id=run_id,
+                created=record.accepted.created,
                 model=model.id,
                 prompt_tokens=plan.prompt_tokens,
                 chat=chat,
                 finish_chunk_delta=organization.finish_chunk_delta,
             )
         ),
-        envelope=plan.surface.envelope,
-        recorder=recorder,
-        prompt_tokens=plan.prompt_tokens,
+        record=record,
         headers=plan.headers(),
-        prices=model.prices,
-        budget=plan.budget,
         ping_interval=ping_interval,
         stop=stop,
         release=release,
-        on_usage=functools.partial(count_usage, plan.rate_limits, plan.prompt_tokens)
-        if plan.rate_limits is not None
-        else None,
     )
     if plan.stream:
         return streaming_response(relay)

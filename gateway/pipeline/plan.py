@@ -1,9 +1,10 @@
 """Plan a request: validate it for its surface, resolve its model (and check its images, for a
 model with vision), session, tools and prompt, count its tokens and plan its output cap against
-the model's context window (PRODUCT.md decision 6).
+the model's context window.
 
-What was decided is kept in a `Plan`, filled in step by step: the response's headers are
-rendered from it (`Plan.headers`), for a refusal half-way through as for a completion.
+What was decided is kept in a `Plan`, filled in step by step: the one source of it. The
+response's headers are rendered from it (`Plan.headers`) and the run is recorded from it
+(`gateway.pipeline.record`), for a refusal half-way through as for a completion.
 `POST /v1/messages/count_tokens` runs the same steps up to the count (`plan_prompt`), so it
 answers the count the route bills.
 """
@@ -27,12 +28,11 @@ from gateway.contract.images import CheckedImage, vision_images
 from gateway.coordination.dedupe import DedupeRequest, read_dedupe_request
 from gateway.models import CatalogModel, Deployment
 from gateway.optimizer import OptimizerReport, optimize
+from gateway.pipeline.accept import Received
 from gateway.pipeline.surface import Surface
 from gateway.sessions import end_user_for, session_for
 from gateway.tokens import TokenCounter, default_counter
 from gateway.tool_selector import ToolSelection, select_named_tool
-from telemetry.recording import RunRecorder
-from telemetry.store.records import ImageRecord
 
 # Counting takes ~1 ms per 40 KB of text; above this a prompt is counted off the event loop.
 COUNT_IN_THREAD_BYTES = 256 * 1024
@@ -63,7 +63,8 @@ def plan_output_cap(*, prompt_tokens: int, requested: int | None, context_window
 
 
 def wants_stream(stream: bool | None, accept_header: str, default: bool) -> bool:
-    """PRODUCT.md decision 1: absent `stream` streams, unless Accept asks for JSON only."""
+    """An absent `stream` streams (the deployment may say otherwise), unless `Accept` asks for
+    JSON and not an event stream: what the SDKs send for a call that does not stream."""
     if stream is not None:
         return stream
     accept_header = accept_header.lower()
@@ -100,15 +101,20 @@ class Plan:
 
     run_id: str
     surface: Surface
+    # What arrived (`accept.receive`), and the run it sends again for a re-run.
+    received: Received | None = None
+    rerun_of: str | None = None
     chat: ChatRequest | None = None
     model: CatalogModel | None = None
     deployment: Deployment | None = None
     session: str | None = None
+    end_user: str | None = None
     tool_selection: ToolSelection | None = None
     optimizer_report: OptimizerReport | None = None
     counter: TokenCounter | None = None
     images: list[CheckedImage] = field(default_factory=list)
     prompt_tokens: int = 0
+    counted: bool = False  # whether the prompt was counted: `prompt_tokens` holds the count
     max_tokens: int = 0
     stream: bool = True
     dedupe: DedupeRequest | None = None
@@ -152,7 +158,6 @@ async def plan(
     request: ApiRequest,
     body: bytes,
     organization: Organization,
-    recorder: RunRecorder,
     decided: Plan,
 ) -> None:
     """Validate, resolve, select tools, optimize, count and plan into `decided`; raise a
@@ -161,7 +166,7 @@ async def plan(
         chat = decided.chat = decided.surface.validate(body)
         mortar_headers = read_mortar_headers(request)
     with step("plan"):
-        await plan_validated(request, body, chat, mortar_headers, organization, recorder, decided)
+        await plan_validated(request, body, chat, mortar_headers, organization, decided)
 
 
 async def plan_validated(
@@ -170,39 +175,19 @@ async def plan_validated(
     chat: ChatRequest,
     mortar_headers: MortarHeaders,
     organization: Organization,
-    recorder: RunRecorder,
     decided: Plan,
 ) -> None:
     """Resolve, select tools, optimize, count and plan a validated request into `decided`."""
     model, deployment = await resolve(chat, decided)
-    recorder.set(model=model.id, deployment=deployment.name)
     decided.surface.admit(model, chat)
     if model.vision and chat.image_parts:
-        # PRODUCT.md decision 4: a model with vision gets its image parts, checked; any other
-        # keeps the text alone (the parts were dropped when the body was validated).
-        images = decided.images = await check_images(chat, body_bytes=len(body))
-        recorder.set_images(
-            [
-                ImageRecord(image.media_type, image.data, image.width, image.height, image.param)
-                for image in images
-            ]
-        )
+        # A model with vision gets its image parts, checked; any other keeps the text alone
+        # (the parts were dropped when the body was validated).
+        decided.images = await check_images(chat, body_bytes=len(body))
 
-    session, _ = session_for(request.headers.get("X-Mortar-Session"), chat.user)
-    decided.session = session
-    recorder.set(
-        session=session,
-        end_user=end_user_for(request.headers.get("X-Mortar-End-User-Id"), chat.user),
-    )
-
-    try:
-        await plan_prompt(chat, mortar_headers, organization, decided, body_bytes=len(body))
-    finally:
-        if decided.tool_selection is not None:
-            recorder.set(tool_selector_report=decided.tool_selection.as_dict())
-        if decided.optimizer_report is not None:
-            recorder.set(optimizer_report=decided.optimizer_report.as_dict())
-    recorder.set(prompt_tokens=decided.prompt_tokens)
+    decided.session, _ = session_for(request.headers.get("X-Mortar-Session"), chat.user)
+    decided.end_user = end_user_for(request.headers.get("X-Mortar-End-User-Id"), chat.user)
+    await plan_prompt(chat, mortar_headers, organization, decided, body_bytes=len(body))
     decided.max_tokens = plan_output_cap(
         prompt_tokens=decided.prompt_tokens,
         requested=chat.max_tokens,
@@ -249,3 +234,4 @@ async def plan_prompt(
     decided.prompt_tokens = await count_prompt(
         counter, chat, body_bytes=body_bytes, images=decided.images
     )
+    decided.counted = True

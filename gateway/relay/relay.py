@@ -4,11 +4,11 @@ and how its run is closed — with its usage, the source of that usage, and its 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from billing.costs import Prices, cached_tokens_of, usage_cost
-from billing.services.holds import HeldBudget
+from billing.costs import cached_tokens_of, usage_cost
+from billing.services.ratelimits import count_usage
 from core.flags import Flag
 from core.http.envelopes import Envelope
 from gateway.generation.reply import Deltas, Generation
@@ -17,6 +17,9 @@ from telemetry.models import Run
 from telemetry.recording import RunRecorder
 from telemetry.store.records import RunOutcome
 from telemetry.store.search_text import REPLY_TEXT_LIMIT, capped
+
+if TYPE_CHECKING:  # the pipeline makes relays; only its record's type is needed here
+    from gateway.pipeline.record import RunRecord
 
 # A stopped non-streaming reply says so (the spec leaves it open; OpenAI's values don't cover it).
 STOPPED_FINISH_REASON = "stopped"
@@ -31,23 +34,25 @@ class Relay:
     generation: Generation
     # The bytes of the reply, in the dialect of the surface that asked (chat or Messages).
     rendering: Rendering
-    # The envelope of an error, as the surface's route writes it.
-    envelope: Envelope
-    recorder: RunRecorder
-    prompt_tokens: int
+    # The request's run: its plan (prompt, prices, limits), its recorder, and its hold.
+    record: RunRecord
     headers: dict[str, str]
-    prices: Prices = field(default_factory=Prices)
-    # The run's hold on its budgets, charged with its cost when it closes (issue 14).
-    budget: HeldBudget | None = None
     # Set when someone presses Stop (gateway/coordination/stop.py); `release` unregisters
     # the generation (idempotent).
     stop: Flag | None = None
     release: Callable[[], None] | None = None
-    # Seconds of upstream silence before a ping (spec: every 10 s when the deployment
-    # forwards to a model server); None for the scripted model.
+    # Seconds of upstream silence before a ping (every 10 s when the deployment forwards to a
+    # model server); None for the scripted model.
     ping_interval: float | None = None
-    # Told the usage once, when the run closes (the rate limits count it).
-    on_usage: Callable[[dict[str, Any]], None] | None = None
+
+    @property
+    def recorder(self) -> RunRecorder:
+        return self.record.recorder
+
+    @property
+    def envelope(self) -> Envelope:
+        """The envelope of an error, as the surface's route writes it."""
+        return self.record.plan.surface.envelope
 
     def usage(self) -> tuple[dict[str, Any], str]:
         """The usage to report and its source: the model server's own counts when it sent
@@ -61,25 +66,30 @@ class Relay:
         ):
             return reported, Run.UsageSource.UPSTREAM
         completion = self.generation.own_completion_tokens()
+        prompt = self.record.plan.prompt_tokens
         estimate = {
-            "prompt_tokens": self.prompt_tokens,
+            "prompt_tokens": prompt,
             "completion_tokens": completion,
-            "total_tokens": self.prompt_tokens + completion,
+            "total_tokens": prompt + completion,
         }
         return estimate, Run.UsageSource.ESTIMATE
 
     def close_run(
         self, status: str, *, http_status: int, error_code: str = "", error_message: str = ""
     ) -> None:
-        """Record the run's end with its usage and what that usage cost."""
+        """Close the run with its usage and what that usage cost (its hold charged with it),
+        and count the usage against the request's rate limits; only the first close counts."""
+        if self.recorder.closed:
+            return
         if status == Run.Status.STOPPED and not error_code and self.stop is not None:
             # Stopped by the worker itself (its shutdown grace ran out), not by a person.
             error_code = self.stop.reason
+        plan = self.record.plan
         usage, source = self.usage()
-        if self.on_usage is not None:
-            on_usage, self.on_usage = self.on_usage, None
-            on_usage(usage)
-        cost = usage_cost(usage, self.prices)
+        if plan.rate_limits is not None:
+            count_usage(plan.rate_limits, plan.prompt_tokens, usage)
+        assert plan.model is not None
+        cost = usage_cost(usage, plan.model.prices)
         outcome: RunOutcome = {
             "http_status": http_status,
             "error_code": error_code,
@@ -97,10 +107,7 @@ class Relay:
             # Handed over as it is (a reference); the writer stores it, the search reads it.
             "reply_text": capped(self.generation.searchable_text(), REPLY_TEXT_LIMIT),
         }
-        if self.budget is not None:
-            # Charged once (a later close is a no-op), settled on a worker thread.
-            outcome["charged_usd"] = self.budget.charge(cost)
-        self.recorder.close(status=status, **outcome)
+        self.record.close(status, **outcome)
 
     def end(self) -> None:
         """The generation is over: a stop for it is a 404 from now on."""

@@ -1,7 +1,8 @@
 """A run's fields as they cross from the request path to the run writer: one typed record.
 
-The pipeline notes a run's fields as it learns them (`RunRecorder.set`, `open`, `close`) and the
-writer stores them as columns of `telemetry.models.Run`. `RunFields` names every field that may
+The gateway writes a run's fields from what its pipeline decided (the recorder's `open`, or
+`close` for a run refused before it opened), then its routing and its outcome; the writer
+stores them as columns of `telemetry.models.Run`. `RunFields` names every field that may
 cross, with its type, so a misspelt or mistyped field fails in the type checker (mypy checks
 every `**fields` against it) and in `tests/telemetry/store/test_run_fields.py` (every name is a
 column of the table) — never in the writer's thread, where a bad row would be logged and lost.

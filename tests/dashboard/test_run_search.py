@@ -17,7 +17,7 @@ from dashboard.selectors.catalog import end_user_names, error_codes
 from dashboard.selectors.runs import RunFilters, filtered_runs, runs_page
 from gateway.generation.reply import Generation
 from telemetry.models import Run
-from telemetry.recording import RunRecorder
+from telemetry.recording import Decided, RunRecorder
 from telemetry.store.batches import write_batch
 from telemetry.store.items import RunClosed, RunOpened
 from telemetry.store.records import RunFields
@@ -175,7 +175,13 @@ def test_a_metadata_organization_s_runs_have_no_text_to_search(
         keep_content=keep_content,
     )
     recorder.open(
-        request_body=orjson.dumps({"messages": [{"role": "user", "content": "secret plans"}]})
+        Decided(
+            {
+                "request_body": orjson.dumps(
+                    {"messages": [{"role": "user", "content": "secret plans"}]}
+                )
+            }
+        )
     )
     recorder.close(status=Run.Status.COMPLETED, reply_text="classified answer")
     write_batch(writer.items)  # type: ignore[arg-type]

@@ -14,7 +14,7 @@ import pytest
 from accounts.models import Organization
 from telemetry.images import body_with_images
 from telemetry.models import Image, Run, RunImage
-from telemetry.recording import RunRecorder
+from telemetry.recording import Decided, RunRecorder
 from telemetry.services.retention import PurgeCounts, organization_runs_purge
 from telemetry.store.batches import write_batch
 from telemetry.store.images import REFERENCE_PREFIX
@@ -193,15 +193,16 @@ def recorder(writer: Writer, *, keep_content: bool) -> RunRecorder:
         events=None,
         keep_content=keep_content,
     )
-    made.set(request_body=b"{}")
-    made.set_images([record(b"png")])
     return made
+
+
+DECIDED = Decided({"request_body": b"{}"}, [record(b"png")])
 
 
 def test_the_recorder_hands_the_images_on_with_the_body() -> None:
     writer = Writer()
 
-    recorder(writer, keep_content=True).open(stream=False)
+    recorder(writer, keep_content=True).open(DECIDED)
 
     [opened_row] = writer.items
     assert isinstance(opened_row, RunOpened)
@@ -211,7 +212,7 @@ def test_the_recorder_hands_the_images_on_with_the_body() -> None:
 def test_under_metadata_retention_no_image_is_kept() -> None:
     writer = Writer()
 
-    recorder(writer, keep_content=False).open(stream=False)
+    recorder(writer, keep_content=False).open(DECIDED)
 
     [opened_row] = writer.items
     assert isinstance(opened_row, RunOpened)
@@ -222,7 +223,9 @@ def test_under_metadata_retention_no_image_is_kept() -> None:
 def test_under_metadata_retention_a_400_keeps_its_body_and_images() -> None:
     writer = Writer()
 
-    recorder(writer, keep_content=False).close(status=Run.Status.REFUSED, http_status=400)
+    recorder(writer, keep_content=False).close(
+        status=Run.Status.REFUSED, decided=DECIDED, http_status=400
+    )
 
     [opened_row] = writer.items
     assert isinstance(opened_row, RunOpened)
