@@ -35,6 +35,7 @@ COPY manage.py pyproject.toml ./
 COPY config ./config
 COPY core ./core
 COPY accounts ./accounts
+COPY billing ./billing
 COPY gateway ./gateway
 COPY telemetry ./telemetry
 COPY replay ./replay

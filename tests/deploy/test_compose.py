@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -169,10 +170,16 @@ def test_the_dockerfile_is_multi_stage_slim_non_root_and_builds_the_assets() -> 
     user = re.findall(r"^USER (\S+)$", dockerfile, re.MULTILINE)
     assert user and user[-1] not in {"root", "0"}
     # Every file the build copies from the repository exists in it.
+    copied = set()
     for line in re.findall(r"^COPY (?!--from)(.+)$", dockerfile, re.MULTILINE):
         *sources, _ = line.split()
         for source in sources:
             assert (ROOT / source).exists(), source
+        copied.update(sources)
+    # …and every package Mortar is made of is in the image.
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    included = {pattern.rstrip("*") for pattern in packages["packages"]["find"]["include"]}
+    assert included <= copied, sorted(included - copied)
 
 
 def settings_variables() -> set[str]:
