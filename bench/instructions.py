@@ -10,13 +10,15 @@ executor) divided by the requests.
 
 Loads: a non-streaming request and a 20-chunk stream, each at one connection and at 32, and
 streams whose chunks arrive 20 ms apart, 8 at once, and 40 ms apart, one at a time (what 1,000
-slow streams cost). At 32 connections what lands in one read or one writer batch depends on
-timing, so those counts move by a few percent between runs; at one connection they repeat to
-within a fraction of a percent. Only the one-at-a-time slow stream relays each chunk on its own:
-under callgrind the 8 at once (400 chunks/s) are more than the process keeps up with, so their
-chunks queue and go out several to a read and a write (14 M instructions a stream, against 37 M
-one at a time, at 415faff). The one-at-a-time count still moves by up to 20% between runs: the run
-writer's thread batches rows by time; the event loop's thread alone repeats to a few percent.
+slow streams cost); and the same message and stream through `POST /v1/messages` at one
+connection, beside the chat completions' (what Anthropic's shapes cost). At 32 connections
+what lands in one read or one writer batch depends on timing, so those counts move by a few
+percent between runs; at one connection they repeat to within a fraction of a percent. Only the
+one-at-a-time slow stream relays each chunk on its own: under callgrind the 8 at once (400
+chunks/s) are more than the process keeps up with, so their chunks queue and go out several to
+a read and a write (14 M instructions a stream, against 37 M one at a time, at 415faff). The
+one-at-a-time count still moves by up to 20% between runs: the run writer's thread batches rows
+by time; the event loop's thread alone repeats to a few percent.
 
     .venv/bin/python -m bench.instructions [--baseline REF | --unmetered] [--requests N]
 
@@ -47,7 +49,7 @@ from bench.harness.constants import LOGS, MODEL, RESULTS
 from bench.harness.metrics import TIMES
 from bench.harness.mortar import MortarSetup, mortar_sources
 from bench.harness.processes import Processes
-from bench.harness.scenarios import request_body
+from bench.harness.scenarios import CHAT, MESSAGES, PATHS, request_body, request_headers
 from bench.harness.targets import Target, start_everything
 
 
@@ -60,9 +62,16 @@ class Load:
     delay_ms: int = 0
     chunks: int = 20
     share: float = 1.0  # of --requests
+    surface: str = CHAT
 
     def body(self) -> bytes:
-        return request_body(MODEL, stream=self.stream, delay_ms=self.delay_ms, chunks=self.chunks)
+        return request_body(
+            MODEL,
+            stream=self.stream,
+            delay_ms=self.delay_ms,
+            chunks=self.chunks,
+            surface=self.surface,
+        )
 
 
 LOADS = (
@@ -87,6 +96,20 @@ LOADS = (
         delay_ms=40,
         chunks=50,
         share=0.05,
+    ),
+    Load(
+        "messages-json-1",
+        "Messages, non-streaming, one connection",
+        stream=False,
+        connections=1,
+        surface=MESSAGES,
+    ),
+    Load(
+        "messages-stream-1",
+        "Messages, 20-chunk stream, one connection",
+        stream=True,
+        connections=1,
+        surface=MESSAGES,
     ),
 )
 RECORD_WAIT_S = 3.0  # the run writer's batches land well within this
@@ -128,14 +151,15 @@ def _total(dump: Path) -> int | None:
 
 
 async def send(target: Target, load: Load, requests: int) -> None:
-    headers = {"Authorization": f"Bearer {target.auth}", "Content-Type": "application/json"}
+    headers = {**request_headers(target.auth, load.surface), "Content-Type": "application/json"}
+    url = target.base + PATHS[load.surface]
     body = load.body()
     limits = httpx.Limits(max_connections=load.connections)
     async with httpx.AsyncClient(headers=headers, timeout=600, limits=limits) as client:
 
         async def one_connection(count: int) -> None:
             for _ in range(count):
-                reply = await client.post(target.url, content=body)
+                reply = await client.post(url, content=body)
                 await reply.aread()
                 if reply.status_code != 200:
                     raise RuntimeError(f"{target.name}: {reply.status_code} {reply.text[:300]}")

@@ -60,7 +60,10 @@ CATEGORIES = [
     ),
     ("tokenizer (tiktoken)", r"tiktoken/|gateway/tokens\.py"),
     ("prompt optimizer (shadow)", r"gateway/optimizer/"),
-    ("Messages: Anthropic's shapes in and out (validation, translation)", r"gateway/anthropic/"),
+    (
+        "Messages: Anthropic's shapes in and out (validation, translation)",
+        r"gateway/anthropic/(?!api\.py)",
+    ),
     (
         "validation + body parsing",
         r"gateway/contract/|gateway/pipeline/validate\.py|pydantic|gateway/validation\.py",
