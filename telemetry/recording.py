@@ -219,7 +219,7 @@ class RunRecorder:
             self._publish_accepted()
         run: RunFields = {**self._fields, **outcome}
         self._publish_outcome(status, run, finished_at)
-        # The one place a request's metrics and log line are recorded (issue 16).
+        # The one place a request's metrics and log line are recorded.
         seconds = elapsed_us / 1_000_000
         first_token = (
             None
