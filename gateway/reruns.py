@@ -1,6 +1,6 @@
 """Re-run a stored run: send its request again — as it was, or with fields replaced — as a new
-run that records its origin (issue 18: "replay re-emits what was sent; debugging needs the
-request sent again").
+run that records its origin: replay re-emits what was sent, and debugging needs the request
+sent again.
 
 The re-run goes through the same pipeline as the request it repeats (`gateway.inprocess`), on
 the surface the original came in on (a `msg_…` run is a Messages request), for a key of the

@@ -12,7 +12,7 @@ _NOT_SESSION_CHAR = re.compile(r"[^A-Za-z0-9\-_.:]")
 
 
 def sanitize_session(value: str | None) -> str:
-    """Keep the allowed characters, at most 128 (spec, `X-Mortar-Session`)."""
+    """Keep the allowed characters, at most 128 (the documented limit of `X-Mortar-Session`)."""
     if not value:
         return ""
     return _NOT_SESSION_CHAR.sub("", value)[:SESSION_MAX]
@@ -30,7 +30,8 @@ def session_for(header: str | None, user: str | None) -> tuple[str, bool]:
 
 
 def clean_end_user(value: str | None) -> str:
-    """Trim to 256 printable characters; anything else is dropped silently (PRODUCT.md 12)."""
+    """Trim to 256 printable characters; anything else is dropped silently: an end
+    user's name is a label, never a reason to refuse a request."""
     if not isinstance(value, str):
         return ""
     value = value.strip()

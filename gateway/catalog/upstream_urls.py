@@ -3,7 +3,7 @@
 A model server's key belongs in the environment, named by the deployment's `api_key_env`; a
 `user:password@` in the URL would be stored in the catalog, shown in the admin and in every
 run's record of where it went, and (with a key as well) refused by the HTTP client on every
-request (issue 15: each one a 500). The config file and the admin both ask here.
+request (each one a 500). The config file and the admin both ask here.
 """
 
 from __future__ import annotations

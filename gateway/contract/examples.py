@@ -1,4 +1,4 @@
-"""The spec's examples (`spec/mortar-chat-completions.md`), for /v1/openapi.json and its docs."""
+"""The documented examples of chat completions, for /v1/openapi.json and its docs."""
 
 from __future__ import annotations
 
@@ -150,7 +150,7 @@ CHUNK_EXAMPLES: list[JsonValue] = [
         "usage": {"prompt_tokens": 17, "completion_tokens": 13, "total_tokens": 30},
     },
 ]
-# The stream those chunks make on the wire (spec, "Usage in a stream").
+# The stream those chunks make on the wire (with the usage chunk a client asks for).
 EVENT_STREAM_EXAMPLE = (
     "".join(f"data: {orjson.dumps(chunk).decode()}\n\n" for chunk in CHUNK_EXAMPLES)
     + "data: [DONE]\n\n"

@@ -15,7 +15,7 @@ from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict
 
 MAX_TOOL_CALLS = 128
-# `developer` is OpenAI's newer name for `system` (PRODUCT.md decision 2).
+# `developer` is OpenAI's newer name for `system` (treated as `system`: it means the same).
 ROLE_ALIASES = {"developer": "system"}
 
 # The parts of a request are TypedDicts: pydantic-core validates them straight into dicts, which

@@ -1,17 +1,17 @@
 """Forward a chat request to a deployment's model servers, and relay what comes back.
 
-Only the fields PRODUCT.md decision 5 allows reach a model server — messages, tools,
-`tool_choice`, `parallel_tool_calls`, the planned output cap and the range-checked sampling
-fields — plus what Mortar itself needs to relay: the upstream's model name, `stream: true` and
-`stream_options.include_usage` (Mortar always streams from the model server, so it can relay,
-time and cut the reply, and ask for its usage). A Messages request's `thinking` becomes the
-server's reasoning switch, vLLM's `chat_template_kwargs: {"enable_thinking": …}` (issue 13).
-Nothing else: no key, no user, no headers.
+Only the fields Mortar forwards reach a model server (any other field a client sends is
+ignored) — messages, tools, `tool_choice`, `parallel_tool_calls`, the planned output cap and the
+range-checked sampling fields — plus what Mortar itself needs to relay: the upstream's model
+name, `stream: true` and `stream_options.include_usage` (Mortar always streams from the model
+server, so it can relay, time and cut the reply, and ask for its usage). A Messages request's
+`thinking` becomes the server's reasoning switch, vLLM's
+`chat_template_kwargs: {"enable_thinking": …}`. Nothing else: no key, no user, no headers.
 
 A replica that fails before its first chunk is marked failed for a cool-down and the request
 moves on to the next (`routing.py`); after the first chunk there is no retry. A model server
 that runs on past `max_tokens` is stopped at three times it plus 64 tokens by Mortar's count
-(spec, `finish_reason`).
+(a runaway generation is cut, and its `finish_reason` says `length`).
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ from typing import Any
 Delta = dict[str, Any]
 Deltas = AsyncGenerator[list[Delta], None]
 
-# Delta fields that carry reasoning text, as vLLM and others name them (PRODUCT.md decision 10).
+# Delta fields that carry reasoning text, as vLLM and others name them: passed
+# through as received, and stored with the run.
 REASONING_FIELDS = ("reasoning", "reasoning_content")
 
 

@@ -3,12 +3,12 @@
 A replica is known to API clients by its name, `<deployment>/<position>` (its place in the
 deployment's `upstreams`, from 0: `vllm-a/1`), in `X-Mortar-Upstream`, error messages and
 telemetry events; its URL is an internal address that only operators see (the stored run, the
-dashboard, the admin, the logs). PRODUCT.md: "API clients never see a model server's URL".
+dashboard, the admin, the logs): an API client never learns where a model server is.
 
 Sessions map to replicas by rendezvous (highest-random-weight) hashing: each replica scores
-`hash(session, replica)` and the highest wins. Requests of one session therefore reach the replica
-that already holds their prompt prefix (spec, `X-Mortar-Session`), and a replica that goes away
-moves only its own sessions — every other session's winner is unchanged.
+`hash(session, replica)` and the highest wins. Requests of one session therefore reach the
+replica that already holds their prompt prefix (the point of `X-Mortar-Session`), and a replica
+that goes away moves only its own sessions — every other session's winner is unchanged.
 """
 
 from __future__ import annotations
