@@ -8,7 +8,7 @@ PORT ?= 8000
 BASE_URL ?= http://$(if $(filter 0.0.0.0 ::,$(HOST)),127.0.0.1,$(HOST)):$(PORT)
 
 .PHONY: install install-serve assets chromium screenshots serve serve-daphne worker beat test \
-	test-embedded lint format clean bench
+	test-embedded lint format clean bench docs docs-build
 
 # pip prints what it fetches and installs: the first install takes minutes, and a silent one
 # looks stuck.
@@ -109,13 +109,24 @@ bench: install
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
 	$(BIN)/python -m bench.micro.chunklog
 
-## lint: ruff, the types (mypy with django-stubs, [tool.mypy]) and the layers between apps
+## lint: the docs site built strict, ruff, the types (mypy with django-stubs, [tool.mypy]) and
+## the layers between apps
 ## (import-linter, [tool.importlinter] in pyproject.toml)
-lint: install
+lint: install docs-build
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+## docs: the documentation site (MkDocs, Material theme) served with live reload on DOCS_PORT
+DOCS_PORT ?= 8001
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --dev-addr 127.0.0.1:$(DOCS_PORT)
+
+## docs-build: the site built into var/site, strict: a broken link or a page missing from the
+## navigation fails the build (and so `make lint`)
+docs-build: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 format: install
 	$(BIN)/ruff check --fix .
