@@ -34,8 +34,13 @@ def page() -> str:
     return PAGE.read_text()
 
 
-def test_every_environment_variable_read_has_a_row(page: str) -> None:
-    reads = variables_read()
+@pytest.fixture(scope="module")
+def reads() -> dict[str, set[str]]:
+    """Every environment variable the repository reads, with what reads it."""
+    return variables_read()
+
+
+def test_every_environment_variable_read_has_a_row(page: str, reads: dict[str, set[str]]) -> None:
     # Each way of reading is seen: os.environ.get, a settings helper, a module constant,
     # setdefault, the Makefile and the compose file.
     assert {
@@ -56,8 +61,8 @@ def test_every_applyconfig_key_has_a_row(page: str) -> None:
     assert undocumented(keys, page) == set()
 
 
-def test_every_row_names_a_setting_something_reads(page: str) -> None:
-    assert unread(page, variables=variables_read(), keys=schema_keys(ConfigFile)) == set()
+def test_every_row_names_a_setting_something_reads(page: str, reads: dict[str, set[str]]) -> None:
+    assert unread(page, variables=reads, keys=schema_keys(ConfigFile)) == set()
 
 
 def test_the_example_file_is_valid_and_uses_every_key(page: str) -> None:
@@ -80,18 +85,20 @@ def test_the_example_file_is_valid_and_uses_every_key(page: str) -> None:
         f'NAME = "{PLANTED}"\nos.environ.get(NAME, "")',
     ],
 )
-def test_a_setting_added_without_a_row_is_reported(tmp_path: Path, page: str, source: str) -> None:
+def test_a_setting_added_without_a_row_is_reported(
+    tmp_path: Path, page: str, reads: dict[str, set[str]], source: str
+) -> None:
     shutil.copytree(ROOT / "config", tmp_path / "config")
     planted = tmp_path / "gateway" / "planted.py"
     planted.parent.mkdir()
     planted.write_text(f"import os\n\nfrom config.settings import env_int\n\n{source}\n")
 
-    reads = environment_reads(tmp_path)
+    planted_reads = environment_reads(tmp_path)
 
-    assert reads[PLANTED] == {"gateway/planted.py"}
-    assert "DATABASE_URL" in reads  # the copy of config/ is read too
-    # The one setting the page lacks beyond any the real tree already lacks.
-    assert undocumented(reads, page) - undocumented(variables_read(), page) == {PLANTED}
+    assert planted_reads[PLANTED] == {"gateway/planted.py"}
+    assert "DATABASE_URL" in planted_reads  # the copy of config/ is read too
+    # The one setting the page lacks beyond any the repository itself already lacks.
+    assert undocumented(planted_reads, page) - undocumented(reads, page) == {PLANTED}
 
 
 def test_reads_in_tests_migrations_and_bench_and_writes_are_not_settings(tmp_path: Path) -> None:
@@ -130,12 +137,12 @@ def test_an_applyconfig_key_added_without_a_row_is_reported(page: str) -> None:
     }
 
 
-def test_a_row_nothing_reads_is_reported(page: str) -> None:
+def test_a_row_nothing_reads_is_reported(page: str, reads: dict[str, set[str]]) -> None:
     retired = (
         "\n| `MORTAR_RETIRED_SETTING` | integer | `1` | `2` | Gone. |"
         "\n| `organizations[].retired` | boolean | `false` | `true` | Gone. |\n"
     )
-    assert unread(page + retired, variables=variables_read(), keys=schema_keys(ConfigFile)) == {
+    assert unread(page + retired, variables=reads, keys=schema_keys(ConfigFile)) == {
         "MORTAR_RETIRED_SETTING",
         "organizations[].retired",
     }
