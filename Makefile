@@ -7,7 +7,7 @@ PORT ?= 8000
 # The address clients use: a server listening on every interface is reached on loopback here.
 BASE_URL ?= http://$(if $(filter 0.0.0.0 ::,$(HOST)),127.0.0.1,$(HOST)):$(PORT)
 
-.PHONY: install install-serve assets chromium screenshots serve serve-daphne worker beat test \
+.PHONY: install install-serve assets chromium screenshots docs-screenshots serve serve-daphne worker beat test \
 	test-embedded lint format clean bench docs docs-build
 
 # pip prints what it fetches and installs: the first install takes minutes, and a silent one
@@ -44,6 +44,11 @@ assets: $(ASSETS_DIR)/uPlot.iife.min.js
 ## screenshots: PNGs of every dashboard page in var/screenshots/ (demo data, headless Chromium)
 screenshots: install chromium
 	$(BIN)/python -m dashboard.screenshots --out var/screenshots
+
+## docs-screenshots: the same, and the pages the docs show written to docs/screenshots/ in 256
+## colours (dashboard/screenshots.py's DOCS_SHOTS; commit them when the dashboard changes)
+docs-screenshots: install chromium
+	$(BIN)/python -m dashboard.screenshots --out var/screenshots --docs docs/screenshots
 
 ## serve: migrate, make sure the demo organization and key exist, print the address and how to
 ## call it, serve WORKERS uvicorn processes on one port (default 1 embedded, the core count with

@@ -6,6 +6,10 @@ sends real requests (one slow stream kept running for the live view), and photog
 page in headless Debian Chromium through Playwright.
 
     .venv/bin/python -m dashboard.screenshots --out var/screenshots
+
+With `--docs docs/screenshots` (`make docs-screenshots`) it also writes the pages the
+documentation shows into that folder, reduced to 256 colours and cut at 1,600 px so the
+repository stays small.
 """
 
 from __future__ import annotations
@@ -26,6 +30,23 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 PASSWORD = "demo-operator-password"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+# The screenshots the documentation shows (docs/dashboard.md, the README): one a page.
+DOCS_SHOTS = (
+    "02-overview",
+    "03-live",
+    "05-runs-search",
+    "06-run",
+    "07-sessions",
+    "08-audit",
+    "09-budgets",
+    "10-spend",
+    "12-keys",
+    "14-rerun",
+    "15-compare",
+    "16-playground",
+)
+# A long page (the sessions list) is cut at this height in the documentation's copy.
+DOCS_MAX_HEIGHT = 1600
 QUESTIONS = [
     "What does max_tokens limit?",
     "Summarize the incident report for the on-call channel",
@@ -230,9 +251,31 @@ def photograph(base: str, secret: str, out: Path, run_id: str) -> list[Path]:
     return shots
 
 
+def write_docs_shots(shots: list[Path], docs: Path) -> list[Path]:
+    """Copy the documentation's screenshots into `docs`, reduced to 256 colours and cut at
+    `DOCS_MAX_HEIGHT`."""
+    from PIL import Image
+
+    docs.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    for path in shots:
+        if path.stem not in DOCS_SHOTS:
+            continue
+        target = docs / path.name
+        with Image.open(path) as image:
+            top = image.crop((0, 0, image.width, min(image.height, DOCS_MAX_HEIGHT)))
+            reduced = top.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT)
+            reduced.save(target, optimize=True)
+        written.append(target)
+    return written
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="var/screenshots", type=Path)
+    parser.add_argument(
+        "--docs", type=Path, help="also write the documentation's screenshots into this folder"
+    )
     args = parser.parse_args()
     out: Path = (ROOT / args.out).resolve()
     state = out / "state"
@@ -265,6 +308,8 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait(10)
+    if args.docs is not None:
+        shots += write_docs_shots(shots, (ROOT / args.docs).resolve())
     for path in shots:
         print(path.relative_to(ROOT))
 

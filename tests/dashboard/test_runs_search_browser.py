@@ -85,7 +85,7 @@ def runs(
             },
             end_user=f"ann-{tag}",
         ),
-        # "caps" only in its reply: the scripted model's answer to the README's question,
+        # "caps" only in its reply: the scripted model's answer to the docs' example question,
         # streamed in pieces of three words (the relay hands the whole reply to the writer).
         "reply": send(
             base,

@@ -25,7 +25,7 @@ def words(count: int) -> str:
 
 
 def content_of(chunk: Any) -> str:
-    # Mortar's finish chunk has no `delta` (the contract's default; README, "What the API does").
+    # Mortar's finish chunk has no `delta` (docs/api/compatibility.md, "The finish chunk").
     delta = chunk.choices[0].delta if chunk.choices else None
     return (delta.content or "") if delta is not None else ""
 

@@ -126,8 +126,8 @@ def test_two_workers_serve_stop_each_other_s_generations_and_replay(
         if len(seen) == 2:
             break
     assert len(seen) == 2, "one worker served every connection"
-    # Each worker process logs what it queues for the run writer in files of its own (README,
-    # "Nothing received is lost"): two processes, two sets of segments, none shared.
+    # Each worker process logs what it queues for the run writer in files of its own
+    # (docs/reliability.md): two processes, two sets of segments, none shared.
     workers = worker_processes(server.process.pid)
     assert len(workers) == 2
     for pid in workers:

@@ -175,7 +175,7 @@ def test_pieces_too_long_to_remember_are_counted_exactly_every_time() -> None:
     assert counter._remembered.cache_info().currsize == 0  # type: ignore[attr-defined]
 
 
-# Images: Qwen2.5-VL's formula (README, "Token counting").
+# Images: Qwen2.5-VL's formula (docs/api/chat-completions.md, "Token counting").
 
 
 @pytest.mark.parametrize(
