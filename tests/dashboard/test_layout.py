@@ -1,6 +1,6 @@
 """Every dashboard page fits a 1440-px viewport: no horizontal scrolling, even with names as
 long as real ones get (a fine-tune's model id, a deployment per region, end-user and session
-ids that are hashes). Issue 18: the runs page was 1,757 to 1,789 px wide."""
+ids that are hashes). The runs page was once 1,757 to 1,789 px wide."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""/readyz tells anyone whether each part is ok, and only staff why not (issue 15, defect 11:
-unauthenticated, it answered the database's error text, with its host and port).
+"""/readyz tells anyone whether each part is ok, and only staff why not (an anonymous
+caller must not get the database's error text, with its host and port).
 
 A Mortar process of this module's own reaches Postgres through a proxy the test cuts: the
 database check fails, and so does the run writer's next write, whose error names the address.
