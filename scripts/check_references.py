@@ -51,6 +51,10 @@ PATTERNS: dict[str, re.Pattern[str]] = {
 
 OPENAPI_PATH = "/v1/openapi.json"
 
+# Outside git, what no repository would hold: caches, installed packages (hidden directories,
+# `.git` and `.venv` among them, are left too).
+SKIPPED = frozenset({"__pycache__", "node_modules"})
+
 
 @dataclass(frozen=True)
 class Hit:
@@ -91,7 +95,10 @@ def candidate_files(root: Path) -> list[Path]:
         return sorted(
             path
             for path in root.rglob("*")
-            if ".git" not in path.relative_to(root).parts and path.is_file()
+            if not SKIPPED.intersection(path.relative_to(root).parts)
+            and not any(part.startswith(".") for part in path.relative_to(root).parts[:-1])
+            and path.is_file()
+            and not path.is_symlink()
         )
     names = sorted({name for name in listed.decode().split("\0") if name})
     # A tracked file deleted in the working tree, a symlink or a submodule is not read.
@@ -102,7 +109,10 @@ def candidate_files(root: Path) -> list[Path]:
 
 def text_of(path: Path) -> str | None:
     """The file's text, or None for a binary file (a screenshot): there is nothing to read."""
-    data = path.read_bytes()
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:  # removed since it was listed
+        return None
     if b"\0" in data[:8192]:
         return None
     try:

@@ -61,6 +61,9 @@ def test_planted_citations_fail_with_each_file_and_line(tmp_path: Path) -> None:
     (tmp_path / "guide.md").write_text(f"# Guide\n\nAs {NOTES} decision 3 says, no 422.\n")
     (tmp_path / "stream.py").write_text(f"# Closes without [DONE] ({ISSUE} 14).\n")
     (tmp_path / "screenshot.png").write_bytes(b"\x89PNG\0" + f"{ISSUE} 14".encode())
+    for installed in (".venv/lib/site.py", "node_modules/pkg/index.js"):  # not the project's
+        (tmp_path / installed).parent.mkdir(parents=True)
+        (tmp_path / installed).write_text(f"// {ISSUE} 14\n")
 
     result = check("--root", str(tmp_path), "--no-openapi")
 
