@@ -3,10 +3,10 @@
 The body is decoded by orjson (strict UTF-8, no lone surrogates: Postgres cannot store one) and
 validated by the declared request schema (`request.py`) in strict mode; a refusal is the first
 refused field's error from the one table in `errors.py`. What the pipeline gets is the
-normalized `ChatRequest`: `developer` is `system` (OpenAI's newer name for it, which model
-servers do not know), text parts are joined with line breaks and other parts dropped (the parts of
-a message with an image are kept aside for a model with vision, `images.py`), the sampling fields
-are kept as sent, and the smaller of the two output caps wins.
+normalized `ChatRequest`: `developer` is `system` (OpenAI's newer name for it, which many
+models' chat templates do not know), text parts are joined with line breaks and other parts
+dropped (the parts of a message with an image are kept aside for a model with vision,
+`images.py`), the sampling fields are kept as sent, and the smaller of the two output caps wins.
 """
 
 from __future__ import annotations

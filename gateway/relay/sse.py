@@ -4,7 +4,7 @@ The events are the surface's (`rendering.py`): for chat completions (OpenAI's) t
 role chunk, one chunk per piece, the finish chunk without `delta`, the usage chunk with empty
 `choices` when asked for, then `data: [DONE]`; for Messages, Anthropic's event sequence. An
 error after the stream started is one event with the error envelope, and the stream closes
-without `[DONE]`, so a client cannot take a broken reply for a whole one.
+with nothing after it (no `[DONE]`), so a client cannot take a broken reply for a whole one.
 """
 
 from __future__ import annotations
