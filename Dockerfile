@@ -41,6 +41,7 @@ COPY telemetry ./telemetry
 COPY replay ./replay
 COPY dashboard ./dashboard
 COPY mockmodel ./mockmodel
+COPY mortar ./mortar
 COPY --from=assets /src/dashboard/frontend/node_modules/uplot/dist/uPlot.iife.min.js \
     /src/dashboard/frontend/node_modules/uplot/dist/uPlot.min.css \
     ./dashboard/static/dashboard/vendor/

@@ -7,8 +7,8 @@ PORT ?= 8000
 # The address clients use: a server listening on every interface is reached on loopback here.
 BASE_URL ?= http://$(if $(filter 0.0.0.0 ::,$(HOST)),127.0.0.1,$(HOST)):$(PORT)
 
-.PHONY: install install-serve assets chromium screenshots docs-screenshots serve serve-daphne worker beat test \
-	test-embedded lint format clean bench docs docs-build
+.PHONY: install install-serve assets chromium screenshots docs-screenshots serve serve-daphne worker \
+	beat test test-embedded lint check-references format clean bench docs docs-build
 
 # pip prints what it fetches and installs: the first install takes minutes, and a silent one
 # looks stuck.
@@ -114,10 +114,10 @@ bench: install
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
 	$(BIN)/python -m bench.micro.chunklog
 
-## lint: the docs site built strict, ruff, the types (mypy with django-stubs, [tool.mypy]) and
-## the layers between apps
+## lint: the docs site built strict, no citation a reader cannot follow, ruff, the types (mypy
+## with django-stubs, [tool.mypy]) and the layers between apps
 ## (import-linter, [tool.importlinter] in pyproject.toml)
-lint: install docs-build
+lint: install docs-build check-references
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -132,6 +132,11 @@ docs: install
 ## navigation fails the build (and so `make lint`)
 docs-build: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+## check-references: no file git tracks, and not the OpenAPI document, points at what a reader
+## of the repository cannot follow (outside notes, issue numbers); prints file:line:text for each
+check-references: install
+	$(BIN)/python scripts/check_references.py
 
 format: install
 	$(BIN)/ruff check --fix .

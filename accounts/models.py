@@ -11,7 +11,7 @@ from django.db import models
 
 
 class SpendLimits(models.Model):
-    """What an organization or a key may spend (issue 14): a budget in USD per period, and rate
+    """What an organization or a key may spend: a budget in USD per period, and rate
     limits per minute. Empty means no limit; a request must fit its organization's and its key's."""
 
     class BudgetPeriod(models.TextChoices):
@@ -43,10 +43,10 @@ class Organization(SpendLimits):
 
     name = models.CharField(max_length=200, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
-    # PRODUCT.md, "The run store": retention is per organization.
+    # Retention is per organization: each decides how long its runs are kept and with what.
     retention = models.CharField(max_length=16, choices=Retention.choices, default=Retention.FULL)
     retention_days = models.PositiveIntegerField(default=30)
-    # What the prompt optimizer does for requests without `X-Mortar-Optimize` (spec).
+    # What the prompt optimizer does for requests without `X-Mortar-Optimize`.
     optimize_default = models.CharField(
         max_length=8, choices=OptimizeDefault.choices, default=OptimizeDefault.ON
     )
@@ -89,7 +89,7 @@ class ApiKey(SpendLimits):
 
 
 class KeyChange(models.Model):
-    """One change to an API key made by someone (issue 18): who, when, what. Never the secret.
+    """One change to an API key made by someone: who, when, what. Never the secret.
 
     The actor's name is copied, so the entry still says who after the account is deleted.
     """

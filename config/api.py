@@ -39,6 +39,7 @@ from core.http.responses import DeferredResponse, error_response
 from core.http.routes import ApiRouter, Mount, api_routes, prefix_envelopes
 from gateway.anthropic.api import router as messages_router
 from gateway.api import router as gateway_router
+from mortar import __version__
 from replay.api import router as replay_router
 from telemetry.api import router as telemetry_router
 
@@ -85,7 +86,8 @@ class MortarSwagger(Swagger):
 
 api = MortarApi(
     title="Mortar",
-    version="1",
+    # The release this server runs (the API's own version is its prefix, /v1/).
+    version=__version__,
     description="A self-hosted, OpenAI-compatible LLM gateway with a complete audit trail.",
     urls_namespace="v1",
     docs_url="/docs",

@@ -91,7 +91,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "channels",
-    "axes",  # sign-in throttling: failed attempts per username and address (issue 15)
+    "axes",  # sign-in throttling: failed attempts per username and address
     "ninja",  # its Swagger UI assets, served from here: /v1/docs works offline
     "accounts",
     "gateway",
@@ -212,8 +212,8 @@ CELERY_TASK_EAGER_PROPAGATES = True
 # them refresh them in-process (telemetry/services/rollups.py, `usage_rollups_keep_fresh`).
 MORTAR_ROLLUPS_IN_PROCESS = env_bool("MORTAR_ROLLUPS_IN_PROCESS", not REDIS_URL)
 CELERY_BROKER_TRANSPORT_OPTIONS = {"global_keyprefix": f"{REDIS_PREFIX}:celery:"}
-# `celery -A config beat` runs these (PRODUCT.md, "The run store": Celery purges what has
-# expired; issue 4, item 6: hourly usage rollups). Schedules are in seconds.
+# `celery -A config beat` runs these: the purge of runs past their organization's retention,
+# and the usage rollups the dashboard reads instead of scanning runs. Schedules are in seconds.
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE = {
     "purge-expired-runs": {"task": "telemetry.tasks.purge_expired_runs", "schedule": 3600.0},
@@ -223,7 +223,7 @@ CELERY_BEAT_SCHEDULE = {
         "kwargs": {"hours": 2},
     },
     # A budget hold whose worker died expires (its deployment's total timeout + 60 s) and is
-    # charged from the run's stored usage by this pass (issue 14; README, "Budgets and holds").
+    # charged from the run's stored usage by this pass (README, "Budgets and holds").
     # Runs of a worker that died (its lease expired) are closed as `interrupted`; the live
     # workers do it too, this covers a deployment whose workers all died at once.
     "interrupt-orphaned-runs": {
@@ -251,7 +251,8 @@ MORTAR_MAX_BODY_BYTES = 4 * 1024 * 1024
 DATA_UPLOAD_MAX_MEMORY_SIZE = None
 
 MORTAR_DEFAULT_MODEL = env_str("MORTAR_DEFAULT_MODEL", "Qwen/Qwen2.5-7B-Instruct")
-# Seconds of model-server silence before Mortar sends a `: ping` comment (spec: 10).
+# Seconds of model-server silence before Mortar sends a `: ping` comment (10 by default:
+# a proxy or a client that times out an idle connection sees traffic well before it would).
 MORTAR_PING_SECONDS = float(os.environ.get("MORTAR_PING_SECONDS", "") or 10)
 # Run writer: how many rows are written at once without waiting (a writer behind takes up to eight
 # times as many in one transaction), and how long a row may wait for its batch.
@@ -312,7 +313,7 @@ LOGOUT_REDIRECT_URL = "dashboard:login"
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 
-# Operators' signals (issue 16; README, "Observing"). `/metrics` wants this as a Bearer token
+# Operators' signals (README, "Observing"). `/metrics` wants this as a Bearer token
 # when it is set. `json`: every log line a JSON object, and one line per request (a run).
 MORTAR_METRICS_TOKEN = os.environ.get("MORTAR_METRICS_TOKEN", "").strip()
 MORTAR_LOG_FORMAT = env_str("MORTAR_LOG_FORMAT", "plain").lower()

@@ -3,7 +3,7 @@
 Stops, in-flight dedupe, live telemetry and the key cache are shared between worker processes
 through Redis; the embedded default keeps them in each process's memory. Under
 `uvicorn --workers 2` without `REDIS_URL` a stop would reach the wrong worker (one in four
-answered 404 while the generation ran on, issue 18), so such a start is refused, saying why.
+answered 404 while the generation ran on), so such a start is refused, saying why.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Each worker keeps what it looked up. Any change to a key, an organization, a model or a
 deployment — a revocation included — is announced to every worker (`core.backplane`), which
-drops its cache at once, so a revoked key fails on its next request everywhere (PRODUCT.md
-decision 8). Entries also expire after `MAX_AGE_SECONDS`, in case an announcement is lost.
+drops its cache at once, so a revoked key fails on its next request everywhere, not after
+a cache's lifetime. Entries also expire after `MAX_AGE_SECONDS`, in case an announcement is lost.
 
 Only what is looked up while the worker hears announcements is cached, and used: while Redis
 is out of reach every lookup reads the database (a fresh key lookup: slower, never wrong), and

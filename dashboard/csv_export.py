@@ -3,7 +3,7 @@
 A cell that starts with `=`, `+`, `-` or `@` is a formula to Excel, LibreOffice and Google
 Sheets, and a leading tab or carriage return lets one hide behind whitespace; end users name
 themselves (`X-Mortar-End-User-Id`), so such a cell would run in a staff member's spreadsheet
-(issue 15: `=HYPERLINK("http://…")`). OWASP's "CSV Injection" advice is followed: such a text
+(`=HYPERLINK("http://…")`). OWASP's "CSV Injection" advice is followed: such a text
 cell gets a leading single quote, which spreadsheets show as text; the csv module quotes the
 cell's commas and double quotes. Numbers are written as numbers.
 """

@@ -93,8 +93,9 @@ async def stop_generation(
 ) -> HttpResponse:
     """Stop a generation still running: 200 when stopped, else 404 with the same body.
 
-    Finished, unknown and another organization's generations are indistinguishable (spec,
-    "Stop a generation"); so is an id that could name no run (a NUL, say), never looked up."""
+    Finished, unknown and another organization's generations are indistinguishable (an id
+    tells nobody whether another organization's run exists), and so is an id that could name no
+    run (a NUL, say), never looked up."""
     organization_id = key_of(request).organization_id
     stopped = is_run_id(run_id) and await live_generations().stop(run_id, organization_id)
     return json_response({"stopped": stopped, "id": run_id}, status=200 if stopped else 404)

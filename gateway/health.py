@@ -1,10 +1,11 @@
 """Liveness and readiness: /healthz answers while the process runs, /readyz checks its parts.
 
-/readyz needs no sign-in (load balancers call it), so what it tells anyone is only whether each
-part is ok: a failure's text names hosts and ports ("connection to server at 10.0.0.5, port
-5432 failed"), which is for operators. A signed-in staff member (a dashboard session) gets the
-text too; the server's log always has it. The session is read from the database, so while the
-database is down nobody can be recognised as staff and everyone gets the short answer.
+/readyz needs no sign-in (load balancers call it), so what it tells anyone is only the release it
+runs (`version`, so a rollout can be watched) and whether each part is ok: a failure's text
+names hosts and ports ("connection to server at 10.0.0.5, port 5432 failed"), which is for
+operators. A signed-in staff member (a dashboard session) gets the text too; the server's log
+always has it. The session is read from the database, so while the database is down nobody
+can be recognised as staff and everyone gets the short answer.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from django.http import HttpRequest, HttpResponse
 
 from core.backplane import Backplane, backplane
 from core.http.responses import json_response
+from mortar import __version__
 
 logger = logging.getLogger(__name__)
 
@@ -89,4 +91,4 @@ async def readyz(request: HttpRequest) -> HttpResponse:
         "run_writer": _writer(writer_status(), detailed=detailed),
     }
     ok = database_error is None and backplane_error is None
-    return json_response({"ok": ok, **checks}, status=200 if ok else 503)
+    return json_response({"ok": ok, "version": __version__, **checks}, status=200 if ok else 503)

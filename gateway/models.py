@@ -23,12 +23,12 @@ class Deployment(models.Model):
 
     name = models.CharField(max_length=100, unique=True)
     kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.SCRIPTED)
-    # The spec's `X-Mortar-Optimize`: "in shadow mode, the default, nothing is changed, only
-    # measured, and when it is off no value turns optimization on".
+    # What a deployment lets `X-Mortar-Optimize` do: in shadow mode, the default, nothing is
+    # changed, only measured, and when it is off no header value turns optimization on.
     optimizer_mode = models.CharField(
         max_length=8, choices=OptimizerMode.choices, default=OptimizerMode.SHADOW
     )
-    # PRODUCT.md decision 1: `stream` defaults to true; a deployment may make it false.
+    # `stream` defaults to true (a plain `curl` gets the stream); a deployment may make it false.
     stream_default = models.BooleanField(default=True)
     # Pause between streamed pieces of the scripted model, so live views and stopping can be
     # shown on it.
@@ -63,7 +63,7 @@ class CatalogModel(models.Model):
     """A model clients can name in `model`, served by one deployment."""
 
     class Surfaces(models.TextChoices):
-        """The API surfaces a model is served on (Arkor, "Routes"): OpenAI's chat completions,
+        """The API surfaces a model is served on: OpenAI's chat completions,
         Anthropic's Messages, or both."""
 
         BOTH = "both", "OpenAI and Anthropic"
@@ -79,7 +79,7 @@ class CatalogModel(models.Model):
     )
     owned_by = models.CharField(max_length=100, default="mortar")
     created_at = models.DateTimeField(auto_now_add=True)
-    # Prices in currency units per million tokens (PRODUCT.md decision 13).
+    # Prices in currency units per million tokens, applied to a run's usage for its cost.
     price_input = models.DecimalField(max_digits=12, decimal_places=6, default=0)
     price_cached_input = models.DecimalField(max_digits=12, decimal_places=6, default=0)
     price_output = models.DecimalField(max_digits=12, decimal_places=6, default=0)

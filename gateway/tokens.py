@@ -11,7 +11,7 @@ A prompt is counted as Qwen's ChatML template frames it (see ``prompt_tokens``):
     <|im_start|>assistant\\n                          3 tokens: the generation prompt
     <|im_end|>\\n<|endoftext|>                        3 tokens: the reply's end of turn
 
-so the spec's examples count exactly as shown there (32 and 17 prompt tokens).
+so the API's examples count exactly as Mortar reports them (32 and 17 prompt tokens).
 
 An image (a model with vision) counts as Qwen2.5-VL's image processor and chat template make it
 (``image_tokens``): the image is resized to multiples of 28 px with its aspect ratio kept as

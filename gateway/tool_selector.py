@@ -1,7 +1,7 @@
 """Named tool selection: `X-Mortar-Tool-Select: named` keeps only the function `tool_choice` names.
 
 An opt-in fast path for clients that send a whole catalogue though they already chose one
-function (spec, request headers). The report counts tokens with the prompt planner's counter.
+function. The report counts tokens with the prompt planner's counter.
 """
 
 from __future__ import annotations

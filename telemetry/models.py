@@ -22,8 +22,8 @@ class Run(models.Model):
         ESTIMATE = "estimate"
         UPSTREAM = "upstream"
 
-    # The run id is the reply's id (PRODUCT.md decision 11): chatcmpl- + 24 hex for a chat
-    # completion, msg_ + 24 hex for a Message (`core.ids`).
+    # The run id is the reply's id, so a client finds its run from its reply: chatcmpl- + 24 hex
+    # for a chat completion, msg_ + 24 hex for a Message (`core.ids`).
     id = models.CharField(max_length=40, primary_key=True)
     # No index of its own: the indexes below that lead with it serve the foreign key and every
     # filter by organization (migration 0019).
@@ -103,7 +103,7 @@ class Run(models.Model):
     session_kept = models.BooleanField(null=True)
     upstream_request = models.BinaryField(null=True)
 
-    # A re-run (issue 18): the id of the run whose stored request this one sent again, null
+    # A re-run: the id of the run whose stored request this one sent again, null
     # for a request a client sent. A plain id, no foreign key: no index or constraint to keep
     # on the hot path's inserts, and the original may be purged before its re-runs.
     rerun_of = models.CharField(max_length=40, null=True, blank=True)

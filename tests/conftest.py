@@ -56,7 +56,7 @@ def _server_env() -> dict[str, str]:
         "MORTAR_REDIS_PREFIX": settings.REDIS_PREFIX,
         "MORTAR_VAR_DIR": str(settings.VAR_DIR),
         "SECRET_KEY": "test-only-secret-key-not-for-production",
-        # Short enough to see keep-alive pings in a test; production keeps the spec's 10 s.
+        # Short enough to see keep-alive pings in a test; production keeps the default 10 s.
         "MORTAR_PING_SECONDS": "1",
         "MOCK_UPSTREAM_KEY": MOCK_UPSTREAM_KEY,
     }

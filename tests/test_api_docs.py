@@ -9,6 +9,7 @@ import httpx
 import orjson
 import pytest
 
+from mortar import __version__
 from tests.support.servers import ServerProcess
 
 pytestmark = pytest.mark.django_db
@@ -30,6 +31,11 @@ def operations(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
         for methods in document["paths"].values()
         for details in methods.values()
     }
+
+
+def test_the_document_names_the_release_it_describes(document: dict[str, Any]) -> None:
+    assert document["info"]["title"] == "Mortar"
+    assert document["info"]["version"] == __version__  # the release; the API's is its /v1/
 
 
 def test_the_docs_page_uses_only_local_assets(mortar_server: ServerProcess) -> None:

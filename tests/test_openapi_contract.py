@@ -3,9 +3,9 @@
 The document is loaded from a real server process, and every /v1/ operation gets generated
 requests — valid ones, invalid ones, and the documents' own examples — with a valid key. Each
 answer must be one the document declares (status, content type, headers, body schema), and
-never a 5xx or a 422 (PRODUCT.md decision 3). The live telemetry stream never ends by design,
-so its requests are made by hand as streams: their headers and first line are checked, then
-the stream is closed.
+never a 5xx or a 422 (bad input is a 400 in the route's envelope). The live telemetry stream
+never ends by design, so its requests are made by hand as streams: their headers and first line
+are checked, then the stream is closed.
 """
 
 from __future__ import annotations
@@ -201,12 +201,12 @@ def test_the_documents_examples_are_answered_as_declared(
 
     each_example_is_answered()
 
-    # The spec's requests (and every example field) are valid: each gets its completion.
+    # The documented example requests (and every example field) are valid: each gets its completion.
     assert len(answered["create_chat_completion"]) >= len(CHAT_REQUESTS)
     assert set(answered["create_chat_completion"]) == {200}
     assert len(answered["create_message"]) >= len(MESSAGES_REQUESTS)
     assert set(answered["create_message"]) == {200}
     assert set(answered["count_message_tokens"]) == {200}
-    # The spec's stop example names a generation that is not running here.
+    # The document's stop example names a generation that is not running here.
     assert answered["stop_generation"] == [404]
     assert answered["telemetry_stream"] == [200]

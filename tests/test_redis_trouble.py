@@ -1,4 +1,4 @@
-"""Redis trouble is degraded service, never wrong answers (issue 15, defects 4 and 5).
+"""Redis trouble is degraded service, never wrong answers.
 
 Each test runs a Mortar process of its own whose `REDIS_URL` points at a TCP proxy in front of
 the suite's Redis (`tests/support/tcp_proxy.py`), cut and restored by the test. What other

@@ -1,4 +1,4 @@
-"""Formatting for the dashboard's templates: durations, ratios, money and asset URLs."""
+"""Formatting for the dashboard's templates: durations, ratios, money, asset URLs, the version."""
 
 from __future__ import annotations
 
@@ -8,12 +8,20 @@ from decimal import Decimal
 from django import template
 from django.urls import reverse
 
+from mortar import __version__
+
 register = template.Library()
 
 
 @register.simple_tag
 def asset(path: str) -> str:
     return reverse("dashboard:asset", args=[path])
+
+
+@register.simple_tag
+def mortar_version() -> str:
+    """The release this server runs, for the footer of every page."""
+    return __version__
 
 
 @register.filter

@@ -1,7 +1,7 @@
 """Examples of the Messages route, for /v1/openapi.json and its docs.
 
 The conversations are the chat contract's (`gateway.contract.examples`), so the same question
-costs the same on both routes: with the spec's system prompt, 32 input tokens and a 13-token
+costs the same on both routes: with the examples' system prompt, 32 input tokens and a 13-token
 reply from the scripted model.
 """
 

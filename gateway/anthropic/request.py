@@ -1,8 +1,8 @@
 """The Messages request body (`POST /v1/messages`), declared once: what a body is validated
 against (`validation.py`) and what /v1/openapi.json documents.
 
-Anthropic's request shape as issue 13 lists it, strict as the chat contract is (PRODUCT.md
-decision 7: `"100"` is not an integer, nothing is coerced). Unknown fields are ignored and
+Anthropic's request shape, strict as the chat contract is (`"100"` is not an integer, nothing
+is coerced: a client's mistake is refused rather than guessed at). Unknown fields are ignored and
 fields set to `null` count as absent. Roles, content blocks, tool choices and thinking are
 tagged unions: a small function reads the tag (`kind:name`, dropped from an error's field path
 by the refusal table) so a body is checked against the one shape it claims to be.
@@ -322,7 +322,8 @@ Thinking = Annotated[
 
 
 def _string_or_nothing(value: Any, handler: ValidatorFunctionWrapHandler) -> str | None:
-    # A `user_id` that is not a string is dropped, never refused (PRODUCT.md decision 12).
+    # A `user_id` that is not a string is dropped, never refused: it only labels the run, and a
+    # client that sends an odd one should still get its answer.
     return value if isinstance(value, str) else None
 
 

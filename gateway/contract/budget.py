@@ -1,4 +1,4 @@
-"""The declared answer of `GET /v1/budget` (issue 14): where a key's budgets stand."""
+"""The declared answer of `GET /v1/budget`: where a key's budgets stand."""
 
 from __future__ import annotations
 

@@ -102,8 +102,8 @@ COMPLETION_HEADERS = {
     "X-Request-Id": _response_header("Your `X-Request-Id`, or one Mortar generated."),
 }
 
-# OpenAI's rate-limit headers (issue 14), on every answer when the organization or the key has
-# request or token limits: the tightest limit of each kind.
+# OpenAI's rate-limit headers (its SDKs and clients read them), on every answer when the
+# organization or the key has request or token limits: the tightest limit of each kind.
 RATE_LIMIT_HEADERS = {
     f"x-ratelimit-{part}-{kind}": _response_header(description.format(kind=kind))
     for kind in ("requests", "tokens")

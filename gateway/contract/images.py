@@ -1,8 +1,8 @@
 """Images for models with vision: the checks of one image, and the step that gives a vision
 model's messages their image parts back.
 
-The rules (spec/arkor-chat-completions.md, `messages`; PRODUCT.md decision 4; issue 13,
-"Images"), each refused with 400 `invalid_image` and the part as `param`:
+The rules, each refused with 400 `invalid_image` and the part as `param`, keep what reaches a
+model server small, well formed and inline (Mortar never fetches anything on a client's behalf):
 
 - images only on user messages;
 - `image_url.url` an inline data URL, `data:image/<png|jpeg|webp|gif>;base64,…` — a remote
@@ -77,7 +77,7 @@ def check_image_url(url: str, *, param: str) -> CheckedImage:
             param=param,
         )
     head, comma, payload = url.partition(",")
-    # Spelt exactly so (lower case), as Arkor's reference writes it and model servers read it.
+    # Spelt exactly so (lower case), as OpenAI's API documents it and model servers read it.
     if not (head.startswith("data:") and comma and head.endswith(";base64")):
         raise InvalidImage(
             f"The image at `{param}` must be a base64 data URL: "
@@ -174,7 +174,8 @@ def vision_images(chat: ChatRequest) -> list[CheckedImage]:
                     )
                 url = part["image_url"]["url"]
                 images.append(check_image_url(url, param=param))
-                # Only the url reaches the model server (PRODUCT.md decision 5): not `detail`.
+                # Only the url reaches the model server, not `detail`: Mortar forwards only
+                # the fields it checked.
                 content.append({"type": "image_url", "image_url": {"url": url}})
         chat.messages[index] = {**message, "content": content}
     return images

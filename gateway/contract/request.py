@@ -1,10 +1,11 @@
 """The chat-completions request body, declared once: what a body is validated against
 (`gateway.contract.validation`) and what /v1/openapi.json documents.
 
-The shapes are strict (PRODUCT.md decision 7): `"100"` is not an integer, `true` is not a number,
-and a JSON object is never coerced from anything else. Unknown fields are ignored and fields set
-to `null` count as absent (PRODUCT.md decision 5; Sevren). The spec is
-`spec/mortar-chat-completions.md`, "Request body"; the sampling fields are Arkor's.
+The shapes are strict, so a client's mistake is refused rather than guessed at: `"100"` is not an
+integer, `true` is not a number, and a JSON object is never coerced from anything else. Unknown
+fields are ignored (and never forwarded: a model server gets only what was checked) and fields
+set to `null` count as absent (many clients send an unset field so). The sampling fields are
+OpenAI's.
 
 Messages (`messages.py`), content and content parts, `tool_choice` and `stop` are tagged
 unions: a small function reads the tag (a message's role, a part's type, the JSON type of a
@@ -147,7 +148,8 @@ def _not_blank(value: str) -> str:
 
 
 def _string_or_nothing(value: Any, handler: ValidatorFunctionWrapHandler) -> str | None:
-    # A `user` that is not a string is dropped, never refused (PRODUCT.md decision 12).
+    # A `user` that is not a string is dropped, never refused: it only labels the run, and a
+    # client that sends an odd one should still get its answer.
     return value if isinstance(value, str) else None
 
 
@@ -175,7 +177,7 @@ def _needs_tools(value: bool | None, info: ValidationInfo) -> bool | None:
     return value
 
 
-# Sampling numbers, range-checked because they may reach a model server (Arkor's ranges).
+# Sampling numbers, range-checked because they may reach a model server (OpenAI's ranges).
 Temperature = Annotated[float, Field(ge=0, le=2, allow_inf_nan=False)]
 Probability = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 Penalty = Annotated[float, Field(ge=-2, le=2, allow_inf_nan=False)]

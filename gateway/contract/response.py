@@ -1,7 +1,7 @@
 """What the gateway's operations answer, declared for /v1/openapi.json.
 
-The relay encodes its bytes itself (`gateway.relay.chunks`), in exactly these shapes (spec,
-"The chat completion object", "The chunk object"). Where a model server's own fields pass
+The relay encodes its bytes itself (`gateway.relay.chunks`), in exactly these shapes (OpenAI's
+chat completion object and chunk object). Where a model server's own fields pass
 through (usage details, delta fields), the objects allow more fields than are listed.
 """
 

@@ -1,12 +1,12 @@
 """Turn a raw chat-completions body into a ``ChatRequest``, or refuse it with the right code.
 
-The body is decoded by orjson (strict UTF-8, no lone surrogates: PRODUCT.md decision 7) and
+The body is decoded by orjson (strict UTF-8, no lone surrogates: Postgres cannot store one) and
 validated by the declared request schema (`request.py`) in strict mode; a refusal is the first
 refused field's error from the one table in `errors.py`. What the pipeline gets is the
-normalized `ChatRequest`: `developer` is `system` (PRODUCT.md decision 2), text parts are joined
-with line breaks and other parts dropped (4; the parts of a message with an image are kept aside
-for a model with vision, `images.py`), the sampling fields are kept as sent (5), and the smaller
-of the two output caps wins (6).
+normalized `ChatRequest`: `developer` is `system` (OpenAI's newer name for it, which many
+models' chat templates do not know), text parts are joined with line breaks and other parts
+dropped (the parts of a message with an image are kept aside for a model with vision,
+`images.py`), the sampling fields are kept as sent, and the smaller of the two output caps wins.
 """
 
 from __future__ import annotations
@@ -108,8 +108,8 @@ def _message(message: Message) -> dict[str, Any]:
 def _text(content: Content) -> str:
     if isinstance(content, str):
         return content
-    # Parts without text (images, audio, …) are dropped: spec, messages[].content. A model with
-    # vision gets its image parts back (`ChatRequest.image_parts`).
+    # Parts without text (images, audio, …) are dropped: a model without vision reads text
+    # only. A model with vision gets its image parts back (`ChatRequest.image_parts`).
     return "\n".join(part["text"] for part in content if _is_text(part))
 
 

@@ -1,6 +1,6 @@
 """In-flight dedupe: concurrent, byte-identical non-streaming requests share one generation.
 
-Spec, `X-Mortar-Dedupe: in-flight`: it needs a non-streaming request and an `Idempotency-Key`
+`X-Mortar-Dedupe: in-flight` needs a non-streaming request and an `Idempotency-Key`
 (1 to 128 letters, digits, `.`, `_`, `-`, `:`), scoped to the tenant and combined with the exact
 request and its optimization / session headers. The first request to claim the key is the
 `leader` and generates; requests with the same key and the same fingerprint while it runs are

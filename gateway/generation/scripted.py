@@ -1,10 +1,10 @@
 """The built-in scripted model: deterministic replies derived from the conversation.
 
 It lets an application — or an agent loop — run against Mortar with no model server. Its tool
-behaviour is the spec's ("Call tools"): it calls the function `tool_choice` names, or every
-tool for `required`, or only the first when `parallel_tool_calls` is false. Otherwise it calls
-the first tool, until the conversation ends with tool results, which it answers in text. Each
-required argument is filled with an empty value of its type.
+behaviour is fixed, so a client's tests can rely on it: it calls the function `tool_choice`
+names, or every tool for `required`, or only the first when `parallel_tool_calls` is false.
+Otherwise it calls the first tool, until the conversation ends with tool results, which it
+answers in text. Each required argument is filled with an empty value of its type.
 """
 
 from __future__ import annotations
@@ -189,8 +189,8 @@ class ScriptedModel:
             call_id = f"call_{secrets.token_hex(12)}"
             arguments = orjson.dumps(empty_arguments(function.get("parameters"))).decode()
             tokens += self.counter.tool_call_tokens(function["name"], arguments)
-            # The first piece of a call carries its index, id, type and name (spec, "Call
-            # tools"); the pieces after it only the index and the next part of the arguments.
+            # The first piece of a call carries its index, id, type and name (as OpenAI streams a
+            # tool call); the pieces after it only the index and the next part of the arguments.
             deltas.append(
                 {
                     "tool_calls": [

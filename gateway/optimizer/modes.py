@@ -1,6 +1,6 @@
 """Which mode the optimizer runs in for one request, and with which passes.
 
-Three inputs, combined as the spec's ``X-Mortar-Optimize`` row says:
+Three inputs, combined as ``X-Mortar-Optimize`` is documented to:
 
 - the deployment's mode: ``shadow`` (the default), ``on`` or ``off``;
 - the organization's default: ``on`` or ``off``;
@@ -22,14 +22,14 @@ deployment        request header             org         result
 A deployment in ``shadow`` then turns an ``on`` result into ``shadow``: the same passes run, to
 measure what they would remove, and the prompt is used as sent.
 
-Decisions where the spec is silent:
+Decisions the header's documentation leaves open:
 
 1. ``shadow`` measures what ``on`` would do for *this* request, so when the request says
    ``off``, or sends nothing and its organization's default is ``off``, the result is ``off``
    there too: nothing runs and the report is ``ruleset=2; mode=off``. A shadow report then
    answers "what would turning this deployment on save?", and ``off`` always means the
    prompt was not even looked at.
-2. Opt-in names imply the lossless defaults (the spec's ``on`` is "the lossless defaults
+2. Opt-in names imply the lossless defaults (``on`` is "the lossless defaults
    only"), and ``on`` next to opt-ins adds nothing: ``on, collapse-spaces`` is
    ``collapse-spaces``.
 3. The order and repetition of header values do not matter; passes always run in pass order.

@@ -28,7 +28,7 @@ class OptimizerReport:
     elapsed_us: int = 0
 
     def header(self) -> str:
-        """Render the `X-Mortar-Optimizer` value in the spec's format."""
+        """Render the `X-Mortar-Optimizer` value in its documented format."""
         if self.mode == "off":
             return f"ruleset={self.ruleset}; mode=off"
         passes = ",".join(f"{name}/{count}" for name, count in self.passes)

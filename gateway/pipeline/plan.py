@@ -45,9 +45,9 @@ MIN_REPLY_TOKENS = 64
 def plan_output_cap(*, prompt_tokens: int, requested: int | None, context_window: int) -> int:
     """Return the reply's token cap, lowered to fit; refuse when under 64 tokens would be left.
 
-    Spec: "The prompt, the reply and 32 tokens of chat-template overhead must fit in the model's
-    context window … If fewer than 64 tokens would be left for the reply, the request fails
-    with context_length_exceeded."
+    The prompt, the reply and 32 tokens of chat-template overhead must fit in the model's
+    context window; if fewer than 64 tokens would be left for the reply, the request fails with
+    `context_length_exceeded` (a reply that short is rarely what the client wanted).
     """
     room = context_window - prompt_tokens - TEMPLATE_OVERHEAD
     if room < MIN_REPLY_TOKENS:

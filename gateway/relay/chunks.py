@@ -1,7 +1,7 @@
 """Encode the bytes Mortar sends: SSE chunk events, the completion object, error events.
 
-Key order follows the spec's examples (id, object, created, model, choices, usage), compact
-JSON as shown there. The constant head of every chunk is encoded once per completion.
+Key order follows OpenAI's examples (id, object, created, model, choices, usage), compact
+JSON. The constant head of every chunk is encoded once per completion.
 """
 
 from __future__ import annotations
@@ -70,5 +70,5 @@ class ChunkEncoder:
 
 
 def error_event(envelope: dict[str, Any]) -> bytes:
-    """An error after the stream started: one event, then the stream closes (PRODUCT.md 9)."""
+    """An error after the stream started: one event, then the stream closes."""
     return b"data: " + orjson.dumps(envelope) + b"\n\n"

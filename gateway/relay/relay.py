@@ -21,7 +21,7 @@ from telemetry.store.search_text import REPLY_TEXT_LIMIT, capped
 if TYPE_CHECKING:  # the pipeline makes relays; only its record's type is needed here
     from gateway.pipeline.record import RunRecord
 
-# A stopped non-streaming reply says so (the spec leaves it open; OpenAI's values don't cover it).
+# A stopped non-streaming reply says so (OpenAI's values don't cover a stop).
 STOPPED_FINISH_REASON = "stopped"
 
 

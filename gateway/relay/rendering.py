@@ -2,8 +2,8 @@
 
 The relay (`json.py`, `sse.py`) is the same for every surface; what it sends comes from a
 `Rendering`. Each event a rendering returns is recorded as one chunk, exactly as sent, so a
-replay re-emits it byte for byte. `ChatRendering` writes OpenAI's chat completions (spec,
-"Streaming"); the Messages surface's is `gateway.anthropic.rendering.MessagesRendering`.
+replay re-emits it byte for byte. `ChatRendering` writes OpenAI's chat completions; the Messages
+surface's is `gateway.anthropic.rendering.MessagesRendering`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from gateway.generation.reply import Delta, Generation
 from gateway.relay.chunks import DONE, ChunkEncoder, error_event
 
-# SSE comment while the model server is quiet (spec: every 10 s).
+# SSE comment while the model server is quiet (every `MORTAR_PING_SECONDS`, 10 by default).
 CHAT_PING = b": ping\n\n"
 
 
@@ -50,7 +50,7 @@ class Rendering(Protocol):
 class ChatRendering:
     """OpenAI's chat completions: the role chunk, a chunk per delta, the finish chunk without
     `delta` (with `"delta": {}` for an organization that opted in), the usage chunk when asked
-    for, `[DONE]`. A stopped stream sends no finish chunk (spec, "When a stream ends early");
+    for, `[DONE]`. A stopped stream sends no finish chunk (the model did not finish);
     the usage chunk and `[DONE]` still follow."""
 
     ping = CHAT_PING

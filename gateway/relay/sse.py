@@ -1,10 +1,10 @@
 """Relay a generation as server-sent events, recording every byte sent.
 
-The events are the surface's (`rendering.py`): for chat completions (spec, "Streaming") the
+The events are the surface's (`rendering.py`): for chat completions (OpenAI's) the
 role chunk, one chunk per piece, the finish chunk without `delta`, the usage chunk with empty
 `choices` when asked for, then `data: [DONE]`; for Messages, Anthropic's event sequence. An
 error after the stream started is one event with the error envelope, and the stream closes
-(PRODUCT.md decision 9).
+with nothing after it (no `[DONE]`), so a client cannot take a broken reply for a whole one.
 """
 
 from __future__ import annotations
@@ -73,8 +73,8 @@ async def sse_events(relay: Relay) -> AsyncGenerator[bytes, None]:
                 for event in rendering.delta(delta):
                     send(event)
         if stopped:
-            # Spec, "When a stream ends early": close the model first, then end the stream as
-            # the surface ends a stopped one.
+            # A stop closes the model first (it stops generating, and costing), then ends the
+            # stream as the surface ends a stopped one.
             await relay.deltas.aclose()
             relay.generation.finish_reason = STOPPED_FINISH_REASON
         for event in rendering.closing(relay.generation, relay.usage()[0], stopped=stopped):
@@ -93,7 +93,7 @@ async def sse_events(relay: Relay) -> AsyncGenerator[bytes, None]:
         else:
             logger.exception("run %s failed mid-stream", recorder.run_id)
             error = GenerationFailed("The generation failed.")
-        # Spec, "When a stream ends early": one event with the envelope, and nothing after it.
+        # A failure mid-stream: one event with the envelope, and nothing after it.
         send(rendering.failure(relay.envelope.body(error)))
         yield take()
         relay.close_run(

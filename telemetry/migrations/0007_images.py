@@ -1,5 +1,5 @@
 """Images of vision requests, stored once per organization by content hash, and the runs'
-references to them (issue 13, "Images")."""
+references to them."""
 
 import django.db.models.deletion
 from django.db import migrations, models

@@ -1,4 +1,4 @@
-"""Less work for Postgres on each stored run and chunk (issue 17), the same rows stored.
+"""Less work for Postgres on each stored run and chunk, the same rows stored.
 
 Measured with `bench/writer_bench.py`, the CPU of Postgres's backend per run (README, "Run
 store"). Dropped:

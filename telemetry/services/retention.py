@@ -1,8 +1,8 @@
 """Retention: delete runs past their organization's days, strip content `metadata` forbids.
 
-PRODUCT.md, "The run store": "Retention is per organization: `full`, `metadata` (no prompt or
-reply text; no replay) and a number of days; Celery purges what has expired." Issue 4, item 6:
-"bodies of 400-refused requests kept 7 days for debugging" even under `metadata`.
+Retention is per organization: `full`, `metadata` (no prompt or reply text; no replay) and a
+number of days; Celery purges what has expired. The bodies of requests refused with a 400 are
+kept 7 days for debugging, even under `metadata`.
 
 Each statement touches at most `batch_size` rows, so purging a million runs never holds a huge
 transaction or long locks; the batches are deliberately not one transaction. Every step is
@@ -26,7 +26,8 @@ from telemetry.models import Image, Run, RunChunk, RunImage
 logger = logging.getLogger(__name__)
 
 BATCH_SIZE = 5000
-# Issue 4, item 6: a request refused with a 400 keeps its body (and the error reply) this long.
+# A request refused with a 400 keeps its body (and the error reply) this long, to debug the
+# client's mistake.
 REFUSED_BODY_DAYS = 7
 # A run is never deleted while it may still be streaming: 0 days counts as 1.
 MIN_RETENTION_DAYS = 1

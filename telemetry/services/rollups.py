@@ -1,6 +1,7 @@
 """Hourly usage rollups: runs summed per hour, organization, key, end user, model, deployment.
 
-Issue 4, item 6: the dashboard reads these rows instead of scanning runs. Decisions:
+The dashboard reads these rows instead of scanning runs, so its pages stay fast however many
+runs are stored. Decisions:
 
 - **Whole hours are recomputed**, never incremented: an hour's rows are rebuilt from its runs
   (by `accepted_at`) in one transaction, so running twice, or two workers at once, gives the

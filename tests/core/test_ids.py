@@ -1,4 +1,4 @@
-"""Ids cannot be predicted from earlier ones (issue 15, defect 9).
+"""Ids cannot be predicted from earlier ones.
 
 The reproduction: run ids came from a Mersenne Twister, whose whole state can be read back from
 624 of its 32-bit outputs — 208 ids of 96 bits. One organization, from 208 of its own run ids,

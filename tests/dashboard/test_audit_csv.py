@@ -1,5 +1,5 @@
 """The staff audit CSV: cells a spreadsheet would run as formulas are exported as text
-(issue 15, defect 10: an end user named `=HYPERLINK("http://…")` landed verbatim in a cell)."""
+(an end user named `=HYPERLINK("http://…")` must not land verbatim in a cell)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The Cost & cache audit page: grouped by organization unless the operator chooses, paged
-(issue 18: one 5,196-px page grouped by every field), every row still in the CSV."""
+(never one 5,196-px page grouped by every field), every row still in the CSV."""
 
 from __future__ import annotations
 

@@ -116,7 +116,7 @@ def test_operator_watches_stops_opens_and_replays_a_run(
     row.locator("button[data-stop]").click()
     client.join(10)
     assert not client.is_alive() and client.error is None
-    # Spec: a stopped stream sends no finish chunk; the usage chunk and [DONE] still follow.
+    # A stopped stream sends no finish chunk; the usage chunk and [DONE] still follow.
     assert client.lines[-1] == "data: [DONE]"
     assert [p["choices"][0].get("finish_reason") for p in client.payloads if p["choices"]] == [
         None

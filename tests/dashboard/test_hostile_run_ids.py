@@ -1,5 +1,5 @@
 """Run ids that could name no run on the dashboard's run pages and the admin: a 404 (or the
-admin's "not found"), never a 500 (issue 15, defect 7: `/dashboard/runs/%00/` was one)."""
+admin's "not found"), never a 500 (`/dashboard/runs/%00/` once was one)."""
 
 from __future__ import annotations
 

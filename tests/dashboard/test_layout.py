@@ -1,6 +1,7 @@
 """Every dashboard page fits a 1440-px viewport: no horizontal scrolling, even with names as
 long as real ones get (a fine-tune's model id, a deployment per region, end-user and session
-ids that are hashes). Issue 18: the runs page was 1,757 to 1,789 px wide."""
+ids that are hashes). The runs page was once 1,757 to 1,789 px wide. Every page's footer
+shows the release the server runs."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import pytest
 from accounts.models import Organization
 from accounts.services import key_create
 from gateway.models import CatalogModel, Deployment
+from mortar import __version__
 from tests.conftest import manage, wait_for_run
 from tests.dashboard.conftest import sign_in
 from tests.support.servers import ServerProcess
@@ -159,7 +161,16 @@ def test_a_page_fits_1440_px_without_horizontal_scrolling(
         assert LONG_MODEL in text  # the long name is on the page, not filtered out
     if "sessions" in path or "session=" in path:
         assert long_names.session in text
+    assert page.locator("footer.site").inner_text() == f"Mortar {__version__}"
     assert_fits(page)
+
+
+def test_the_sign_in_page_shows_the_version_too(mortar_server: ServerProcess) -> None:
+    response = httpx.get(f"{mortar_server.base_url}/dashboard/login/", timeout=30)
+
+    assert response.status_code == 200
+    footer = f'<footer class="site">Mortar <span class="version">{__version__}</span></footer>'
+    assert response.text.count(footer) == 1
 
 
 def test_the_live_page_fits_with_a_long_generation_in_flight(

@@ -1,6 +1,6 @@
 """The Overview counts the requests just served, on whatever backends the suite runs: on the
 embedded default (no Celery beat, rollups refreshed in-process) as on Postgres and Redis with
-no beat running. Issue 18: after ~40 requests on `make serve` it read "Requests 0"."""
+no beat running. It once read "Requests 0" after ~40 requests on `make serve`."""
 
 from __future__ import annotations
 

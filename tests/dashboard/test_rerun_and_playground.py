@@ -1,5 +1,5 @@
 """Re-run, compare and the playground, driven in headless Chromium against a real server and the
-mock model server (issue 18): an operator sends a stored run again to another model with an edited
+mock model server: an operator sends a stored run again to another model with an edited
 request and reads the diff; sends it as it was and sees the same reply; sends a prompt from the
 playground and watches it stream in, stored as a run of the chosen key's organization."""
 

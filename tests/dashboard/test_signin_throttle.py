@@ -1,4 +1,4 @@
-"""Sign-in is throttled (issue 15, defect 11: 30 wrong passwords, no lockout): after 5 failures
+"""Sign-in is throttled (30 wrong passwords must not go on unchecked): after 5 failures
 for one username from one address, that pair is locked out — the right password included — with
 a page that says so, while other accounts still sign in. Over HTTP, on a real server process.
 """

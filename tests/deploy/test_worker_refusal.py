@@ -1,4 +1,4 @@
-"""More than one worker process without Redis is refused, saying why (issue 18): a stop would
+"""More than one worker process without Redis is refused, saying why: a stop would
 reach the wrong worker otherwise."""
 
 from __future__ import annotations

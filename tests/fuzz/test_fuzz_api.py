@@ -1,4 +1,4 @@
-"""Hostile input at every edge of the API, against a real Mortar process (issue 15).
+"""Hostile input at every edge of the API, against a real Mortar process.
 
 Hypothesis makes what an attacker would send — JSON of any shape, numbers past 2^64, strings
 with NULs and other control characters, unicode of every plane, bodies that are not JSON or not
@@ -6,8 +6,8 @@ UTF-8, odd headers, path segments with anything percent-encoded in them — to c
 Messages and its token count, replay, stop, the telemetry stream, the model list and the budget.
 Every answer must be below 500, and every error must be in its route's documented envelope:
 OpenAI's (`{"error": {"message", "type", "param", "code"}}`), Anthropic's on `/v1/messages`,
-Arkor's flat one on replay. `/v1/generations/{id}/stop` answers 404 `{"stopped": false}` for
-anything that is not running (spec, "Stop a generation").
+Mortar's flat one on replay. `/v1/generations/{id}/stop` answers 404 `{"stopped": false}` for
+anything that is not running.
 
 Bounded: a few thousand requests in all (`BUDGET`), no shrinking, so `make test` stays fast;
 a failure prints the request that caused it. tests/test_openapi_contract.py fuzzes the declared
@@ -369,7 +369,7 @@ def test_no_telemetry_resume_point_or_header_gets_a_5xx(
     A stream answered 200 is checked to start (`: connected`) and then left. That it stays
     open is tests/telemetry/test_event_ids.py's to show: streams opened one after another
     here, each left at once, were seen dropped now and then by the per-subscriber Redis read
-    (issue 15, defect 3's part: one reader per worker replaces it).
+    (one reader per worker replaces it).
     """
 
     @bounded(BUDGET["telemetry"])

@@ -1,6 +1,6 @@
 """Malformed requests against the real server: the exact refusal, and the refused run it stores.
 
-PRODUCT.md decision 3: the OpenAI envelope with a machine-readable code, never a 422, an HTML
+The OpenAI envelope with a machine-readable code, never a 422, an HTML
 page or a 500 for bad input, and `X-Request-Id` on every response. A refused request with a
 valid key is still a run of its organization, with the body as received and the error body as
 sent (gateway/pipeline.py).
@@ -419,7 +419,7 @@ def test_a_null_stream_counts_as_absent_and_follows_the_accept_header(
 
 
 # A `model` holding a NUL character cannot be in the catalog (Postgres text holds no NUL): a 404
-# `model_not_found` like any other (spec, "Errors"). The second request checks that the refusal,
+# `model_not_found` like any other. The second request checks that the refusal,
 # once recorded, does not wedge the run writer: the error message quotes the name.
 def test_a_model_name_with_a_nul_character_is_not_found(
     mortar_server: ServerProcess, tenant: Tenant

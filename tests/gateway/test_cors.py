@@ -1,4 +1,4 @@
-"""CORS on the API routes (Arkor reference, "CORS"), and none on the dashboard or the admin."""
+"""CORS on the API routes (browsers call the API directly), none on the dashboard or the admin."""
 
 from __future__ import annotations
 

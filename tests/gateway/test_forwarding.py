@@ -15,7 +15,8 @@ from tests.support.upstreams import MockPair, mock_requests, mock_reset, mock_st
 
 pytestmark = pytest.mark.django_db
 
-# What may reach a model server: PRODUCT.md decision 5, plus Mortar's own transport fields.
+# What may reach a model server: the fields Mortar checks (messages, tools, the output cap, the
+# sampling fields), plus Mortar's own transport fields.
 ALLOWED_UPSTREAM_FIELDS = {
     "model",
     "messages",
@@ -100,7 +101,8 @@ def test_a_plain_call_reaches_the_model_server_with_only_the_allowed_fields(
     assert completion.choices[0].message.content == MOCK_REPLY.replace(" tok", " tok")
     assert completion.model == "mock-one"
     assert completion.id == raw.headers["X-Mortar-Request-Id"]
-    # The replica's name, never its URL (issue 15); the stored run keeps the URL for operators.
+    # The replica's name, never its URL (an internal address is
+    # not the client's to know); the stored run keeps the URL for operators.
     assert raw.headers["X-Mortar-Upstream"] == "mock-one/0"
     assert raw.headers["X-Mortar-Deployment"] == "mock-one"
 
@@ -257,7 +259,7 @@ def test_a_fault_before_the_first_byte_gets_its_status(
     error = response.json()["error"]
     assert error["code"] == code
     assert error["type"] == "upstream_error"
-    assert "127.0.0.1" not in response.text  # no model server's address (issue 15)
+    assert "127.0.0.1" not in response.text  # no model server's address
     run = wait_for_run(response.headers["X-Mortar-Run-Id"])
     assert (run.status, run.http_status, run.error_code) == ("failed", status, code)
     assert stored_bytes(run) == response.content

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
+from importlib.metadata import version
 
 import httpx
 import pytest
 
+from mortar import __version__
 from tests.conftest import Tenant, _server_env
 from tests.support.servers import ServerProcess, start_mortar
 
@@ -42,6 +45,13 @@ def test_readyz_checks_the_database_and_the_backplane(mortar_server: ServerProce
     backplane = {"services": "redis", "embedded": "memory"}[os.environ["MORTAR_TEST_BACKENDS"]]
     assert body["ok"] is True
     assert (body["database"], body[backplane]) == ("ok", "ok")
+
+
+def test_readyz_names_the_release_the_package_declares(mortar_server: ServerProcess) -> None:
+    body = httpx.get(f"{mortar_server.base_url}/readyz").json()
+
+    assert body["version"] == __version__ == version("mortar")  # one source: pyproject reads it
+    assert re.fullmatch(r"0\.(0|[1-9]\d*)\.(0|[1-9]\d*)", body["version"])  # SemVer, 0.x
 
 
 def test_models_needs_a_key(mortar_server: ServerProcess) -> None:

@@ -17,7 +17,7 @@ from tests.support.upstreams import MockPair, mock_requests, mock_reset
 
 pytestmark = pytest.mark.django_db
 
-# What may reach a model server from the Messages route: PRODUCT.md decision 5, Mortar's own
+# What may reach a model server from the Messages route: the fields Mortar checks, its own
 # transport fields, and the reasoning switch `thinking` becomes.
 ALLOWED_UPSTREAM_FIELDS = {
     "model",

@@ -59,7 +59,7 @@ def test_messages_create_answers_the_spec_example_as_a_message(
     assert [block.type for block in message.content] == ["text"]
     assert message.content[0].text == SPEC_REPLY
     assert (message.stop_reason, message.stop_sequence) == ("end_turn", None)
-    # The same conversation costs the same as on chat completions (issue 13): 32 and 13.
+    # The same conversation costs the same as on chat completions: 32 and 13.
     assert (message.usage.input_tokens, message.usage.output_tokens) == (32, 13)
     assert message.usage.cache_read_input_tokens == 0
     assert raw.headers["X-Mortar-Run-Id"] == raw.headers["X-Mortar-Request-Id"] == message.id

@@ -202,7 +202,7 @@ def test_async_plain_and_streaming_calls(async_client: openai.AsyncOpenAI) -> No
 
     completion, chunks = run_async(scenario, async_client)
     assert completion.choices[0].message.content == SPEC_REPLY
-    # The finish chunk has no `delta` (spec, "Streaming"), so the SDK gives None there.
+    # The finish chunk has no `delta`, so the SDK gives None there.
     text = "".join(
         c.choices[0].delta.content or "" for c in chunks if c.choices and c.choices[0].delta
     )

@@ -1,4 +1,4 @@
-"""The optimizer's modes (spec: `X-Mortar-Optimize`) and its report (`X-Mortar-Optimizer`)."""
+"""The optimizer's modes (`X-Mortar-Optimize`) and its report (`X-Mortar-Optimizer`)."""
 
 from __future__ import annotations
 

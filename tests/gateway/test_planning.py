@@ -1,4 +1,4 @@
-"""Unit tests of output-cap planning against the context window (PRODUCT.md decision 6)."""
+"""Unit tests of output-cap planning against the context window."""
 
 from __future__ import annotations
 

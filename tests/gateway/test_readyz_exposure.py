@@ -1,5 +1,5 @@
-"""/readyz tells anyone whether each part is ok, and only staff why not (issue 15, defect 11:
-unauthenticated, it answered the database's error text, with its host and port).
+"""/readyz tells anyone whether each part is ok, and only staff why not (an anonymous
+caller must not get the database's error text, with its host and port).
 
 A Mortar process of this module's own reaches Postgres through a proxy the test cuts: the
 database check fails, and so does the run writer's next write, whose error names the address.
@@ -16,6 +16,7 @@ import orjson
 import pytest
 from django.conf import settings
 
+from mortar import __version__
 from tests.conftest import Tenant, _server_env, wait_for_run
 from tests.support.servers import ServerProcess, start_mortar
 from tests.support.waiting import wait_until
@@ -99,6 +100,7 @@ def test_readyz_names_no_address_unless_staff_ask(proxied: Proxied, tenant: Tena
         assert anonymous.status_code == 503
         body = anonymous.json()
         assert body["ok"] is False
+        assert body["version"] == __version__  # the release, even while a part is down
         assert body["database"] == "unavailable"
         assert body["run_writer"]["last_error"]["message"] == "OperationalError"
         assert port not in anonymous.text and "127.0.0.1" not in anonymous.text

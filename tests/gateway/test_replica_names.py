@@ -1,5 +1,5 @@
 """API clients know a model server by its replica name, `<deployment>/<position>`, never by its
-URL; operators see the URL in the stored run (issue 15, defect 11: the internal URL was in
+URL; operators see the URL in the stored run (the internal URL was once in
 `X-Mortar-Upstream`, in error messages and in telemetry events)."""
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def test_an_unreachable_replica_is_named_not_addressed(
 def test_no_answer_a_client_can_get_holds_a_model_server_s_address(
     mortar_server: ServerProcess, tenant: Tenant, upstream_models: MockPair, dead_url: str
 ) -> None:
-    """Issue 18 re-checks issue 15's fix on every surface: streamed and JSON chat completions,
+    """No model server's address on any surface: streamed and JSON chat completions,
     the Messages route, their 503s, replay, the model list and the health checks."""
     addresses = [address(MockPair.url(upstream_models.a)), address(dead_url)]
     auth = {"Authorization": f"Bearer {tenant.secret}"}

@@ -30,7 +30,7 @@ def refusal(data: dict[str, Any]) -> InvalidRequest:
 def test_every_refusable_field_of_the_schema_has_its_place_in_the_precedence() -> None:
     fields = set(chat_request_schema.json_schema()["properties"])
 
-    # `user` is never refused (PRODUCT.md decision 12).
+    # `user` is never refused: a value that is not a string is dropped.
     assert set(PRECEDENCE) == fields - {"user"}
     assert {path.split(".")[0] for path, _ in REFUSALS} == set(PRECEDENCE)
 

@@ -1,7 +1,7 @@
 """`POST /v1/chat/completions/runs/{id}/rerun` against a real server and the mock model server:
 a stored run's request sent again — as it was, with fields replaced, to another model — as a new
 run that records its origin; another organization's run, an unknown one and one whose request
-was not kept are gone (410); bad overrides are refused like a bad body (issue 18)."""
+was not kept are gone (410); bad overrides are refused like a bad body."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Unit tests of sessions and end users (spec `X-Mortar-Session`; PRODUCT.md decision 12)."""
+"""Unit tests of sessions and end users (`X-Mortar-Session`, `user`)."""
 
 from __future__ import annotations
 

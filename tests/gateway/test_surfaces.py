@@ -1,6 +1,5 @@
 """Surfaces: a catalog model serves OpenAI's chat completions, Anthropic's Messages, or both; a
-request on a route that does not serve its model is a 400 naming the route that does (Arkor,
-"Routes")."""
+request on a route that does not serve its model is a 400 naming the route that does."""
 
 from __future__ import annotations
 
@@ -119,7 +118,8 @@ def test_the_model_list_does_not_say_which_surfaces(
     ).json()["data"]
     ids = {entry["id"] for entry in listed}
     assert {"openai-only", "anthropic-only"} <= ids
-    # Arkor: the list "lists every model … without saying which surfaces each one accepts".
+    # The list names every model without saying which surfaces each one accepts: its entries
+    # keep OpenAI's shape.
     assert all("surfaces" not in entry for entry in listed)
 
 

@@ -1,4 +1,4 @@
-"""Unit tests of the one token counter: the spec's counts, truncation, and the fallback."""
+"""Unit tests of the one token counter: the API examples' counts, truncation, and the fallback."""
 
 from __future__ import annotations
 

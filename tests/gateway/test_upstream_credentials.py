@@ -1,4 +1,4 @@
-"""Upstream URLs with credentials (issue 15, defect 6): refused by `applyconfig` and by the
+"""Upstream URLs with credentials: refused by `applyconfig` and by the
 admin, and a deployment stored with one before the check is recorded as the 500 it answers,
 never as a client that went away."""
 

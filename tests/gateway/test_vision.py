@@ -1,5 +1,5 @@
 """Images on models with vision, end to end: the real server, the mock model server, the run
-store (issue 13, "Images"; PRODUCT.md decision 4).
+store.
 
 Refusals are 400 `invalid_image` in the OpenAI envelope with the part as `param`, and still
 runs; accepted images are forwarded as sent, counted with Qwen2.5-VL's formula, and stored once
@@ -46,7 +46,7 @@ VISION_UPSTREAM = "vision-upstream"
 NOT_VISION = "Qwen/Qwen2.5-7B-Instruct"
 QUESTION = "What does max_tokens limit?"
 ANSWER = "It caps how many tokens the model may generate for this reply."
-# The question alone: 17 prompt tokens (the spec's streaming example).
+# The question alone: 17 prompt tokens (the API's streaming example).
 QUESTION_TOKENS = 17
 
 
@@ -237,8 +237,8 @@ def test_a_bad_image_is_refused_with_invalid_image_at_its_part_and_recorded(
 def test_an_image_over_the_body_limit_is_a_413_before_any_image_rule(
     mortar_server: ServerProcess, tenant: Tenant, vision_models: None
 ) -> None:
-    # 6 MiB of characters is the image rule; the 4 MiB body limit comes first (Arkor's
-    # reference says as much), so a 400 for the image size cannot be reached over HTTP here.
+    # 6 MiB of characters is the image rule; the 4 MiB body limit comes first (the whole
+    # body is read before any field), so a 400 for the image size cannot be reached over HTTP here.
     data = image_bytes() + b"\0" * (3 * 1024 * 1024)
 
     response = post(mortar_server, tenant.secret, asking(data_url(data), model=VISION))
@@ -325,7 +325,7 @@ def test_two_images_and_two_texts_count_all_four(
     assert response.status_code == 200, response.text[:500]
     # The text parts count as the template joins them: "What does max_tokens limit?".
     assert response.json()["usage"]["prompt_tokens"] == QUESTION_TOKENS + 6 + 258
-    # The scripted model reads the text parts joined with a line break: the spec's question.
+    # The scripted model reads the text parts joined with a line break: the example's question.
     assert response.json()["choices"][0]["message"]["content"] == ANSWER
 
 

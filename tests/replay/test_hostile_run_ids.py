@@ -1,6 +1,6 @@
 """Run ids that could name no run — a NUL, other control characters, non-ASCII, too long — on the
-API's routes that take one: never a 500 (issue 15, defect 7: `GET
-/v1/chat/completions/runs/%00` was one, Postgres refusing a NUL in text)."""
+API's routes that take one: never a 500 (`GET
+/v1/chat/completions/runs/%00` once was one, Postgres refusing a NUL in text)."""
 
 from __future__ import annotations
 
@@ -38,14 +38,14 @@ def test_replaying_an_id_that_names_no_run_is_run_gone(
     )
 
     assert response.status_code == 410
-    assert response.json()["code"] == "run_gone"  # the route's flat envelope (Arkor)
+    assert response.json()["code"] == "run_gone"  # the route's flat envelope
 
 
 @pytest.mark.parametrize("run_id", HOSTILE_IDS)
 def test_stopping_an_id_that_names_no_run_is_not_stopped(
     mortar_server: ServerProcess, tenant: Tenant, run_id: str
 ) -> None:
-    """The spec's answer for a generation that is not running: 404 with `stopped: false`."""
+    """The answer for a generation that is not running: 404 with `stopped: false`."""
     response = httpx.post(
         f"{mortar_server.base_url}/v1/generations/{run_id}/stop",
         headers={"Authorization": f"Bearer {tenant.secret}"},

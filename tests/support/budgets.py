@@ -1,4 +1,4 @@
-"""Budgets in tests (issue 14): tenants with budgets, committed for the servers to see, and the
+"""Budgets in tests: tenants with budgets, committed for the servers to see, and the
 requests and reads the budget tests share.
 
 Prices are set so the scripted model's example request costs a known amount: "What does

@@ -1,4 +1,4 @@
-"""Crash accounting on real processes (issue 15, defect 1): kill -9 a worker mid-stream, and its
+"""Crash accounting on real processes: kill -9 a worker mid-stream, and its
 runs are closed as `interrupted` within its lease by a live worker or the Celery beat task;
 replaying one ends; Stop answers as for a finished run; no run stays in progress.
 

@@ -69,7 +69,7 @@ def test_the_largest_event_id_is_a_resume_point(
 @pytest.mark.parametrize(
     "header",
     [
-        "99999999999999999999999-0",  # issue 15, defect 8: a 200, then the connection dropped
+        "99999999999999999999999-0",  # once a 200, then the connection dropped
         "18446744073709551616-0",
         "1-18446744073709551616",
         "0-0-0",

@@ -1,4 +1,4 @@
-"""Fair telemetry (issue 15, defect 3): one tenant's streams cannot starve another's, each worker
+"""Fair telemetry: one tenant's streams cannot starve another's, each worker
 reads Redis once for all its subscribers, and SIGTERM ends every stream.
 
 The worker here is this module's own, behind a TCP proxy to Redis so its Redis connections can

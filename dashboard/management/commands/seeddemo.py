@@ -23,7 +23,7 @@ from telemetry.models import Run
 from telemetry.services.rollups import usage_rollups_refresh
 
 # Names as long as real ones get (a fine-tune's id, a division's name, hashed end users), so
-# the screenshots show the pages hold them (issue 18: the runs list overflowed 1440 px).
+# the screenshots show the pages hold them (a runs list that overflows 1440 px shows it).
 ORGANIZATIONS = ("acme", "globex", "initech", "Initech Research & Development, EMEA Support")
 MODELS = (
     # id, input, cached input, output price per million tokens

@@ -141,7 +141,7 @@ def _tool_result(message: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _output_cap(request: Mapping[str, Any]) -> int | None:
-    # The smaller of the two caps wins (PRODUCT.md decision 6).
+    # The smaller of the two caps wins: a reply never runs past either limit the client set.
     caps = [request.get(f) for f in ("max_tokens", "max_completion_tokens")]
     present = [cap for cap in caps if isinstance(cap, int)]
     return min(present) if present else None

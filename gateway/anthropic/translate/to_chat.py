@@ -2,8 +2,8 @@
 
 The input is a request body already validated by the Messages route, as plain dicts; the output
 is a chat-completions body for the rest of the pipeline. What has no counterpart is left out on
-purpose, each case with its reason below: `top_k` (PRODUCT.md decision 5: it never reaches a
-model server), `thinking` blocks of earlier turns, and fields such as `cache_control`.
+purpose, each case with its reason below: `top_k` (not one of the sampling fields Mortar
+checks and forwards), `thinking` blocks of earlier turns, and fields such as `cache_control`.
 
 A conversation that ends with an assistant turn (Anthropic's "prefill") becomes a chat request
 that ends with an assistant message: a model server answers it with a new turn rather than
@@ -45,7 +45,8 @@ def messages_to_chat(request: Mapping[str, Any]) -> dict[str, Any]:
     for field in ("max_tokens", "temperature", "top_p", "stream"):
         if request.get(field) is not None:
             chat[field] = request[field]
-    # `top_k` is dropped: Mortar forwards only the sampling fields of PRODUCT.md decision 5.
+    # `top_k` is dropped: Mortar forwards only the sampling fields it range-checks
+    # (`gateway.contract.validation.SAMPLING_FIELDS`).
     metadata = request.get("metadata")
     if isinstance(metadata, Mapping) and isinstance(metadata.get("user_id"), str):
         chat["user"] = metadata["user_id"]
