@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # Mortar's image: the gateway (uvicorn workers), the Celery worker and beat all run from it
-# (docker-compose.yml; README, "Deploying"). Three stages: the dashboard's npm assets, the
+# (docker-compose.yml; docs/operating/deploying.md). Three stages: the dashboard's npm assets, the
 # Python dependencies, and a slim runtime without compilers or npm, run as a non-root user.
 
 # 1. The dashboard's third-party browser code, from npm (what `make assets` does).

@@ -1,5 +1,5 @@
 """A soak: one Mortar serving streams without a pause for ten minutes, then an audit of what it
-stored against what its clients received (README, "Reliability").
+stored against what its clients received (docs/reliability.md).
 
 Mortar runs as `make bench` runs it (uvicorn, one worker pinned to core 0, Postgres and Redis,
 every chunk recorded), without prices, budgets or limits. CONNECTIONS clients on core 1 send

@@ -223,7 +223,7 @@ CELERY_BEAT_SCHEDULE = {
         "kwargs": {"hours": 2},
     },
     # A budget hold whose worker died expires (its deployment's total timeout + 60 s) and is
-    # charged from the run's stored usage by this pass (README, "Budgets and holds").
+    # charged from the run's stored usage by this pass (docs/budgets-and-rate-limits.md).
     # Runs of a worker that died (its lease expired) are closed as `interrupted`; the live
     # workers do it too, this covers a deployment whose workers all died at once.
     "interrupt-orphaned-runs": {
@@ -261,25 +261,25 @@ MORTAR_WRITER_INTERVAL_MS = env_int("MORTAR_WRITER_INTERVAL_MS", 50)
 # Queued rows past which the writer spills to its spool file under var/ instead of memory.
 MORTAR_WRITER_SPILL_AT = env_int("MORTAR_WRITER_SPILL_AT", 50_000)
 # Each worker process renews a lease in the database every third of this; once a worker's lease
-# has expired its runs still in progress are closed as `interrupted` (README, "Crashed
-# workers"): within this plus one renewal interval of a crash.
+# has expired its runs still in progress are closed as `interrupted` (docs/reliability.md):
+# within this plus one renewal interval of a crash.
 MORTAR_WORKER_LEASE_SECONDS = env_int("MORTAR_WORKER_LEASE_SECONDS", 30)
 if MORTAR_WORKER_LEASE_SECONDS < 1:
     raise ImproperlyConfigured("MORTAR_WORKER_LEASE_SECONDS must be at least 1")
 # On SIGTERM a worker stops accepting and lets generations in flight finish for this many
 # seconds, then stops the rest (stored as `stopped`, error code `worker_shutdown`) and exits
-# (README, "Deploying"). Keep it below the orchestrator's kill timeout.
+# (docs/operating/deploying.md). Keep it below the orchestrator's kill timeout.
 MORTAR_SHUTDOWN_GRACE_SECONDS = env_float("MORTAR_SHUTDOWN_GRACE_SECONDS", 30.0)
 if MORTAR_SHUTDOWN_GRACE_SECONDS < 0:
     raise ImproperlyConfigured("MORTAR_SHUTDOWN_GRACE_SECONDS must not be negative")
 # Concurrent `GET /v1/telemetry/stream` streams one organization, and one key, may hold on one
-# worker process; past them a 429 `too_many_streams` (README, "Redis trouble and fair telemetry").
+# worker process; past them a 429 `too_many_streams` (docs/reliability.md).
 MORTAR_TELEMETRY_STREAMS_PER_ORG = env_int("MORTAR_TELEMETRY_STREAMS_PER_ORG", 50)
 MORTAR_TELEMETRY_STREAMS_PER_KEY = env_int("MORTAR_TELEMETRY_STREAMS_PER_KEY", 20)
 # Allocations between two young-generation garbage collections in a server process (Python's
 # default is 700). Streams allocate a few objects per chunk, and at 700 a collection runs
 # every few hundred chunks; under 1,000 streams those pauses were most of the p99 added gap
-# (README, "Performance"). 0 keeps Python's default.
+# (docs/performance.md). 0 keeps Python's default.
 MORTAR_GC_YOUNG_THRESHOLD = env_int("MORTAR_GC_YOUNG_THRESHOLD", 50_000)
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -313,17 +313,18 @@ LOGOUT_REDIRECT_URL = "dashboard:login"
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 
-# Operators' signals (README, "Observing"). `/metrics` wants this as a Bearer token
+# Operators' signals (docs/operating/observing.md). `/metrics` wants this as a Bearer token
 # when it is set. `json`: every log line a JSON object, and one line per request (a run).
 MORTAR_METRICS_TOKEN = os.environ.get("MORTAR_METRICS_TOKEN", "").strip()
 MORTAR_LOG_FORMAT = env_str("MORTAR_LOG_FORMAT", "plain").lower()
 if MORTAR_LOG_FORMAT not in ("plain", "json"):
     raise ImproperlyConfigured("MORTAR_LOG_FORMAT must be `plain` or `json`")
 # Traces of /v1/ requests over OTLP/HTTP, only when an endpoint is set; the exporter reads the
-# other OTEL_* variables itself (README, "Traces").
+# other OTEL_* variables itself (docs/operating/observing.md).
 OTEL_EXPORTER_OTLP_ENDPOINT = env_str("OTEL_EXPORTER_OTLP_ENDPOINT", "")
 OTEL_SERVICE_NAME = env_str("OTEL_SERVICE_NAME", "mortar")
-# Browser clients of /v1/ (README, "CORS"): `*`, or the origins allowed, comma-separated.
+# Browser clients of /v1/ (docs/api/chat-completions.md): `*`, or the origins allowed,
+# comma-separated.
 MORTAR_CORS_ORIGINS = env_list("MORTAR_CORS_ORIGINS", ["*"])
 
 LOGGING: dict[str, Any] = {

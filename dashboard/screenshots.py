@@ -30,7 +30,7 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 PASSWORD = "demo-operator-password"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-# The screenshots the documentation shows (docs/dashboard.md, the README): one a page.
+# The screenshots the documentation shows (docs/dashboard.md and the README): one a page.
 DOCS_SHOTS = (
     "02-overview",
     "03-live",

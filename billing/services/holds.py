@@ -41,7 +41,7 @@ LEDGER_THREADS = ThreadPoolExecutor(1, thread_name_prefix="mortar-ledger")
 
 # A hold outlives its generation by this much before the reconciliation may settle it: a
 # generation never runs past its deployment's total timeout, and the run's row needs a moment
-# to reach the database after it ends (README, "Budgets and holds").
+# to reach the database after it ends (docs/budgets-and-rate-limits.md).
 HOLD_MARGIN = timedelta(seconds=60)
 
 

@@ -1,9 +1,9 @@
 """A worker's slices of its budgets: holds taken in memory, without waiting for Postgres.
 
 Every hold used to be a round trip and a commit before generation could start (`HoldBatches`):
-most of what spend control cost a request, in CPU and in latency (README, "Spend control,
-measured"). A worker now reserves a *slice* of a budget — a hold of its own in the ledger,
-counted in the budget's `held_usd` like any — and holds its requests from it in memory. Each
+most of what spend control cost a request, in CPU and in latency (docs/performance.md). A
+worker now reserves a *slice* of a budget — a hold of its own in the ledger, counted in the
+budget's `held_usd` like any — and holds its requests from it in memory. Each
 run's draw travels in its opened row; the insert that first stores the run turns it into the
 run's own hold (a trigger on the run table, `billing/ledger/sql/`), and from there the run is
 settled like any other. The ledger's bound is unchanged: a slice is held before anything is

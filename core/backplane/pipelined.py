@@ -104,7 +104,7 @@ class PipelinedConnection(asyncio.Protocol):
         The command goes out with the rest of this pass's, in one write: a write on a
         loopback socket costs the writer the receiving side's work too (the kernel delivers
         it there and then), and each request's rate-limit check writing its own was a seventh
-        of the event loop's time under 32 connections (README, "Spend control, measured")."""
+        of the event loop's time under 32 connections (docs/performance.md)."""
         if self._failed_connects and self._transport is None:
             self._connect_soon()
             raise ConnectionError("Redis is unreachable")

@@ -67,7 +67,7 @@ async def json_response(relay: Relay) -> HttpResponse:
             async for _ in relay.deltas:
                 relay.recorder.mark_first_token()
         if stopping.stopped:
-            # What was generated so far, with finish_reason "stopped" (README).
+            # What was generated so far, with finish_reason "stopped" (docs/api/runs.md).
             status = Run.Status.STOPPED
             relay.generation.finish_reason = STOPPED_FINISH_REASON
         body = relay.rendering.body(relay.generation, relay.usage()[0])

@@ -1,7 +1,6 @@
 """Less work for Postgres on each stored run and chunk, the same rows stored.
 
-Measured with `bench/writer_bench.py`, the CPU of Postgres's backend per run (README, "Run
-store"). Dropped:
+Measured with `bench/writer_bench.py`, the CPU of Postgres's backend per run (docs/operating/run-store.md). Dropped:
 
 - the chunk table's foreign key to its run: deferred to the commit, its check looked every
   chunk's run up and locked the run's row, a third of what storing a 20-chunk stream cost

@@ -68,7 +68,7 @@ MARK_EVERY_SECONDS = 0.05
 # A writer behind (more than `batch_size` rows queued) takes up to this many batches' rows in one
 # transaction. Each batch costs a round trip through the event loop and the GIL, whatever its
 # size, and under a busy loop that trip is the pass of the loop (tens of ms): at 20,000 chunks/s
-# batches of 2,000 came back too slowly to keep up (README, "the run writer fell behind").
+# batches of 2,000 came back too slowly to keep up (docs/performance.md).
 CATCH_UP_BATCHES = 8
 
 
