@@ -48,13 +48,13 @@ class OrganizationExists(ValueError):
 
 
 @transaction.atomic
-def organization_create(*, name: str) -> Organization:
+def organization_create(*, name: str, finish_chunk_delta: bool = False) -> Organization:
     name = name.strip()
     if not name:
         raise ValueError("An organization needs a name.")
     if Organization.objects.filter(name=name).exists():
         raise OrganizationExists(f"An organization named {name!r} already exists.")
-    return Organization.objects.create(name=name)
+    return Organization.objects.create(name=name, finish_chunk_delta=finish_chunk_delta)
 
 
 def key_create(
