@@ -57,6 +57,15 @@ def organization_create(*, name: str, finish_chunk_delta: bool = False) -> Organ
     return Organization.objects.create(name=name, finish_chunk_delta=finish_chunk_delta)
 
 
+def organization_set_finish_chunk_delta(*, organization_id: int, on: bool) -> Organization:
+    """Turn OpenAI's exact reply shape on or off for the organization, from its next request
+    (saved, so every worker's cached lookup of it is forgotten)."""
+    organization = Organization.objects.get(pk=organization_id)
+    organization.finish_chunk_delta = on
+    organization.save(update_fields=["finish_chunk_delta"])
+    return organization
+
+
 def key_create(
     *,
     organization: Organization,
