@@ -48,13 +48,22 @@ class OrganizationExists(ValueError):
 
 
 @transaction.atomic
-def organization_create(*, name: str) -> Organization:
+def organization_create(*, name: str, finish_chunk_delta: bool = False) -> Organization:
     name = name.strip()
     if not name:
         raise ValueError("An organization needs a name.")
     if Organization.objects.filter(name=name).exists():
         raise OrganizationExists(f"An organization named {name!r} already exists.")
-    return Organization.objects.create(name=name)
+    return Organization.objects.create(name=name, finish_chunk_delta=finish_chunk_delta)
+
+
+def organization_set_finish_chunk_delta(*, organization_id: int, on: bool) -> Organization:
+    """Turn OpenAI's exact reply shape on or off for the organization, from its next request
+    (saved, so every worker's cached lookup of it is forgotten)."""
+    organization = Organization.objects.get(pk=organization_id)
+    organization.finish_chunk_delta = on
+    organization.save(update_fields=["finish_chunk_delta"])
+    return organization
 
 
 def key_create(

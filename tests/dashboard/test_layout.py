@@ -138,6 +138,7 @@ PAGES = [
     "/dashboard/spend/",
     "/dashboard/spend/?range=30d&organization={org}",
     "/dashboard/keys/",
+    "/dashboard/organizations/",
 ]
 
 
