@@ -1,7 +1,7 @@
 """A new operator's first minutes, as the README has them: `make serve` on a machine with
 nothing configured (its own var directory: a new SQLite database), the README's first requests
 with the exported key, then the printed sign-in in Chromium, and a Spend page that shows what
-those requests cost."""
+those requests cost, as the Cost & cache audit does."""
 
 from __future__ import annotations
 
@@ -143,4 +143,11 @@ def test_make_serve_then_the_printed_sign_in_shows_the_first_requests_money(
     expect(figure).not_to_have_text("$0.00")
     assert figure.inner_text() == money(Decimal(str(cost)).quantize(Decimal("0.000000001")))
     assert page.locator("#spend-totals [data-figure=requests]").inner_text() == "5"
+    spent = figure.inner_text()
+
+    # The audit shows the same money at the same moment.
+    page.goto(f"{base_url}/dashboard/audit/")
+    total = page.locator("tfoot th")
+    assert total.nth(1).inner_text() == "5"
+    assert total.last.inner_text() == spent
     page.close()
