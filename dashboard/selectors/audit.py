@@ -40,14 +40,6 @@ AUDIT_SORTS = tuple(
 )
 PAGE_SIZE = 50
 DEFAULT_GROUP = ("organization",)
-# Each dimension's value columns in the grouped query.
-GROUP_COLUMNS = {
-    "organization": ("organization_id", "organization__name"),
-    "key": ("api_key_id",),
-    "end_user": ("end_user",),
-    "model": ("model",),
-    "day": ("day",),
-}
 SORT_COLUMN = {
     "organization": "organization__name",
     "key": "api_key_id",
