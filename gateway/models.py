@@ -74,8 +74,8 @@ class Deployment(models.Model):
 
     def clean(self) -> None:
         """Refuse replica URLs a model server could not be reached at, or that hold
-        credentials, and extra fields Mortar sets itself (the admin's form asks;
-        `applyconfig` checks the same)."""
+        credentials, extra fields Mortar sets itself, and a chat template that is no Jinja
+        template (the admin's form asks; `applyconfig` checks the same)."""
         if not isinstance(self.extra_fields, list):
             raise ValidationError({"extra_fields": 'A list of field names, such as ["top_k"].'})
         extra_problems = extra_fields_problems(self.extra_fields)
@@ -88,6 +88,10 @@ class Deployment(models.Model):
         problems = [problem for url in self.upstreams if (problem := upstream_url_problem(url))]
         if problems:
             raise ValidationError({"upstreams": problems})
+        from gateway.upstream.counting import chat_template_problem  # it reads this model
+
+        if problem := chat_template_problem(self.chat_template):
+            raise ValidationError({"chat_template": problem})
 
 
 class CatalogModel(models.Model):

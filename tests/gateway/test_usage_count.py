@@ -11,8 +11,10 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
+from django.core.exceptions import ValidationError
 
 from gateway.catalog.config_file import ConfigError, parse_config
+from gateway.models import Deployment
 from mockmodel.server import MOCK_SYSTEM_PROMPT, mock_tokens
 from tests.conftest import Tenant, manage, wait_for_run
 from tests.support.servers import ServerProcess, start_mock_model
@@ -244,3 +246,11 @@ def test_applyconfig_refuses_an_unknown_counter_or_a_broken_template(
 ) -> None:
     with pytest.raises(ConfigError, match=problem):
         parse_config(f"deployments:\n  - name: d\n    {entry}\n")
+
+
+def test_the_admin_refuses_a_broken_chat_template() -> None:
+    deployment = Deployment(name="d", chat_template="{{ messages")
+    with pytest.raises(ValidationError) as refused:
+        deployment.clean()
+    assert list(refused.value.message_dict) == ["chat_template"]
+    Deployment(name="d", chat_template=TEMPLATE).clean()  # a good one passes
