@@ -254,3 +254,30 @@ def test_the_admin_refuses_a_broken_chat_template() -> None:
         deployment.clean()
     assert list(refused.value.message_dict) == ["chat_template"]
     Deployment(name="d", chat_template=TEMPLATE).clean()  # a good one passes
+
+
+def test_a_stream_the_client_left_is_billed_on_the_count_of_what_was_generated(
+    mortar_server: ServerProcess, tenant: Tenant, mock: ServerProcess
+) -> None:
+    body = {
+        "model": "count-vllm",
+        "stream": True,
+        "messages": [{"role": "user", "content": "Leave. [mock usage=0 chunks=200 delay_ms=20]"}],
+    }
+    with httpx.stream(
+        "POST",
+        f"{mortar_server.base_url}/v1/chat/completions",
+        content=orjson.dumps(body),
+        headers={"Authorization": f"Bearer {tenant.secret}"},
+        timeout=30,
+    ) as response:
+        run_id = response.headers["X-Mortar-Run-Id"]
+        lines = response.iter_lines()
+        for _ in range(5):
+            next(lines)
+    run = wait_for_run(run_id)
+    assert run.status == "cancelled"
+    assert run.usage_source == "upstream_count"
+    replies = [count["body"] for count in counts(mock) if "prompt" in count["body"]]
+    assert len(replies) == 1
+    assert 0 < run.completion_tokens == len(mock_tokens(replies[0]["prompt"])) < 200
