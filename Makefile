@@ -100,7 +100,7 @@ chromium:
 ## Portable CPU flags: a build tuned for the building CPU (GGML_NATIVE, AVX-512, AMX) faults on
 ## some virtual machines on prompts of more than one token.
 LLAMA_VENV := var/llama-venv
-LLAMA_CPP_PYTHON ?= llama-cpp-python[server]==0.3.36
+LLAMA_CPP_PYTHON := llama-cpp-python[server]==0.3.36
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF \
 	-DGGML_AVX2=ON -DGGML_OPENMP=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
 $(LLAMA_VENV)/.installed:
