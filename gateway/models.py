@@ -22,6 +22,12 @@ class Deployment(models.Model):
         ON = "on", "On"
         OFF = "off", "Off"
 
+    class UsageCount(models.TextChoices):
+        ESTIMATE = "estimate", "Mortar's estimate"
+        VLLM = "vllm", "vLLM: POST /tokenize"
+        LLAMA_CPP = "llama.cpp", "llama.cpp server: POST /apply-template, /tokenize"
+        LLAMA_CPP_PYTHON = "llama-cpp-python", "llama-cpp-python: POST /extras/tokenize/count"
+
     name = models.CharField(max_length=100, unique=True)
     kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.SCRIPTED)
     # What a deployment lets `X-Mortar-Optimize` do: in shadow mode, the default, nothing is
@@ -52,14 +58,24 @@ class Deployment(models.Model):
         help_text='Request fields forwarded as sent, e.g. ["top_k", "min_p", "guided_json"]: '
         "fields the model servers take that Mortar does not know. Empty: none.",
     )
+    # Who counts a reply's tokens when the model server's stream carries no usage: Mortar's
+    # estimate (its own tokenizer, which need not be the model's), or the model server itself,
+    # asked after the reply through its tokenizing endpoint (`gateway/upstream/counting.py`).
+    usage_count = models.CharField(
+        max_length=20, choices=UsageCount.choices, default=UsageCount.ESTIMATE
+    )
+    # The model's chat template (Jinja, as its tokenizer configuration or GGUF file holds it),
+    # for `llama-cpp-python` counting: that server tokenizes text only, so Mortar renders the
+    # conversation as the server would. Blank: ChatML.
+    chat_template = models.TextField(blank=True, default="")
 
     def __str__(self) -> str:
         return self.name
 
     def clean(self) -> None:
         """Refuse replica URLs a model server could not be reached at, or that hold
-        credentials, and extra fields Mortar sets itself (the admin's form asks;
-        `applyconfig` checks the same)."""
+        credentials, extra fields Mortar sets itself, and a chat template that is no Jinja
+        template (the admin's form asks; `applyconfig` checks the same)."""
         if not isinstance(self.extra_fields, list):
             raise ValidationError({"extra_fields": 'A list of field names, such as ["top_k"].'})
         extra_problems = extra_fields_problems(self.extra_fields)
@@ -72,6 +88,10 @@ class Deployment(models.Model):
         problems = [problem for url in self.upstreams if (problem := upstream_url_problem(url))]
         if problems:
             raise ValidationError({"upstreams": problems})
+        from gateway.upstream.counting import chat_template_problem  # it reads this model
+
+        if problem := chat_template_problem(self.chat_template):
+            raise ValidationError({"chat_template": problem})
 
 
 class CatalogModel(models.Model):

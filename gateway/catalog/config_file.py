@@ -9,6 +9,8 @@
         optimizer: shadow                          # optional: shadow | on | off
         timeouts: {connect: 5, first_byte: 60, between_chunks: 60, total: 600}  # optional
         extra_fields: [top_k, min_p, guided_json]  # optional: forwarded as sent; default none
+        usage_count: vllm     # optional: estimate | vllm | llama.cpp | llama-cpp-python
+        chat_template: ""     # optional: the model's chat template, for llama-cpp-python
     models:
       - id: qwen-upstream                          # the name clients send
         deployment: vllm-a
@@ -28,6 +30,9 @@
 
 Applying is idempotent: each entry is created or updated by its name; nothing is deleted.
 A deployment without `upstreams` is a scripted one (`scripted_delay_ms` sets its pace).
+A deployment's `usage_count` says who counts a reply's tokens when the model server's stream
+reports no usage: Mortar's estimate (the default), or the model server's own counting endpoint
+(`gateway/upstream/counting.py`), its runs' `usage_source` then `upstream_count`.
 A model's `surfaces` lists the APIs that may name it: `openai` (`POST /v1/chat/completions`),
 `anthropic` (`POST /v1/messages`), or both, the default. A request on a route the model is not
 served on is refused with 400, naming the route that serves it.
@@ -46,6 +51,7 @@ from accounts.models import Organization
 from gateway.catalog.extra_fields import extra_fields_problems
 from gateway.catalog.upstream_urls import upstream_url_problem
 from gateway.models import CatalogModel, Deployment
+from gateway.upstream.counting import chat_template_problem
 
 
 class ConfigError(ValueError):
@@ -72,6 +78,8 @@ class DeploymentEntry(_Strict):
     scripted_delay_ms: int = Field(0, ge=0)
     optimizer: Literal["shadow", "on", "off"] = "shadow"
     timeouts: Timeouts = Field(default_factory=lambda: Timeouts())
+    usage_count: Literal["estimate", "vllm", "llama.cpp", "llama-cpp-python"] = "estimate"
+    chat_template: str = Field("", max_length=100_000)
     extra_fields: list[str] = Field(default_factory=list)
 
     @field_validator("extra_fields")
@@ -92,6 +100,14 @@ class DeploymentEntry(_Strict):
         if len(set(upstreams)) != len(upstreams):
             raise ValueError("an upstream is listed twice")
         return [url.rstrip("/") for url in upstreams]
+
+    @field_validator("chat_template")
+    @classmethod
+    def _template(cls, template: str) -> str:
+        problem = chat_template_problem(template)
+        if problem is not None:
+            raise ValueError(problem)
+        return template
 
 
 class Prices(_Strict):
@@ -208,6 +224,8 @@ def config_apply(config: ConfigFile) -> list[str]:
                 "chunk_timeout_s": entry.timeouts.between_chunks,
                 "total_timeout_s": entry.timeouts.total,
                 "extra_fields": entry.extra_fields,
+                "usage_count": entry.usage_count,
+                "chat_template": entry.chat_template,
             },
         )
         changes.append(f"{'created' if created else 'updated'} deployment {entry.name}")

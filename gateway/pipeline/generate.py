@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from django.conf import settings
 from django.http import HttpResponse
@@ -20,6 +21,7 @@ from gateway.pipeline.surface import RenderingFor
 from gateway.relay.json import json_response
 from gateway.relay.relay import Relay
 from gateway.relay.sse import streaming_response
+from gateway.upstream.counting import UsageCounting
 
 logger = logging.getLogger(__name__)
 
@@ -34,15 +36,15 @@ async def generate(
     assert counter is not None and plan.optimizer_report is not None and plan.session is not None
     forwarding = deployment.kind == Deployment.Kind.UPSTREAM
     upstream_request = None
+    forwarded_body: dict[str, Any] = {}
     if forwarding:
-        upstream_request = encode_body(
-            upstream_body(
-                chat,
-                upstream_model=deployment.upstream_model or model.id,
-                max_tokens=plan.max_tokens,
-                extra_fields=deployment.extra_fields,
-            )
+        forwarded_body = upstream_body(
+            chat,
+            upstream_model=deployment.upstream_model or model.id,
+            max_tokens=plan.max_tokens,
+            extra_fields=deployment.extra_fields,
         )
+        upstream_request = encode_body(forwarded_body)
     # In the crash log once open, before the model server has the prompt: a worker killed from
     # here on leaves a run (and its budget draw) the next worker stores, and charges.
     record.open(upstream_request=upstream_request)
@@ -54,6 +56,7 @@ async def generate(
 
     generation = Generation()
     deltas: Deltas
+    counting: UsageCounting | None = None
     try:
         stop = await live.register(run_id, organization.id)
         if forwarding:
@@ -75,6 +78,7 @@ async def generate(
                 session_kept=forwarded.session_kept,
             )
             deltas = forwarded.deltas
+            counting = UsageCounting.for_deployment(deployment, forwarded.replica, forwarded_body)
             ping_interval: float | None = settings.MORTAR_PING_SECONDS
         else:
             recorder.routed(
@@ -118,6 +122,7 @@ async def generate(
         ping_interval=ping_interval,
         stop=stop,
         release=release,
+        counting=counting,
     )
     if plan.stream:
         return streaming_response(relay)
