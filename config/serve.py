@@ -1,7 +1,7 @@
 """Serve Mortar with uvicorn, and exit 0 after a graceful shutdown: `python -m config.serve`.
 
 Takes uvicorn's options (`--host`, `--port`, `--workers`, …) and serves
-`config.asgi:application`. Two things differ from the `uvicorn` command:
+`config.asgi:application`. What differs from the `uvicorn` command:
 
 - After its graceful shutdown uvicorn restores the SIGTERM handler it found and raises the
   signal again; with the default handler the process then dies of it (exit status 143), and
