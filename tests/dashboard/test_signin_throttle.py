@@ -108,7 +108,7 @@ def test_x_forwarded_for_from_a_client_neither_lifts_nor_dodges_the_lockout(
 
 
 def test_x_forwarded_for_is_honoured_from_a_trusted_proxy_only(
-    accounts: list[str], tmp_path
+    accounts: list[str], sees_other_connections: None, tmp_path
 ) -> None:
     """Behind a proxy on loopback (`MORTAR_TRUSTED_PROXIES=127.0.0.0/8`): the client is the
     right-most address the proxy did not add itself; what the client put left of it is its own
