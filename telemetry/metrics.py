@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Generic, TypeVar
 
+from django.db import DatabaseError
+
 from core.errors import (
     UpstreamError,
     UpstreamOverloaded,
@@ -216,7 +218,11 @@ def expose_known_labels() -> None:
     made once a process: the next calls are dict lookups)."""
     m = metrics()
     for source in _label_sources:
-        known = source()
+        try:
+            known = source()
+        except DatabaseError:  # the scrape still answers, with what was made before
+            logger.warning("metrics: the known label sets were not read", exc_info=True)
+            continue
         for model in known.models:
             m.cost(model)
             for kind in TOKEN_KINDS:
