@@ -64,8 +64,8 @@ class Ledger(Protocol):
         ...
 
     def settle(self, settlements: Sequence[Settlement]) -> dict[str, Decimal]:
-        """Charge runs and release their holds, in the caller's transaction
-        (`budget_holds_settle`)."""
+        """Charge runs and release their holds, all at once: in one transaction of its own,
+        or in the caller's (`budget_holds_settle`)."""
         ...
 
     def release_slice(self, slice_id: str, amount: Decimal) -> None:

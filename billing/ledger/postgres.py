@@ -112,6 +112,8 @@ class PostgresLedger:
                 item["prompt_usd"] = str(draw.prompt_usd)
             items.append(item)
         costs_json = Jsonb(items, dumps=orjson.dumps)
+        # One statement: outside a transaction (a worker settling when responses end), its
+        # own, one round trip where BEGIN and COMMIT would make three.
         with _server_bound_cursor() as cursor:
             return dict(cursor.execute(_SETTLE, [costs_json], prepare=True).fetchall())
 

@@ -97,13 +97,14 @@ class SqliteLedger:
         )
 
     def settle(self, settlements: Sequence[Settlement]) -> dict[str, Decimal]:
-        # In the caller's `transaction()`. No draws: SQLite's ledger reserves no slices.
+        # No draws: SQLite's ledger reserves no slices.
         charged = {}
-        for settlement in sorted(settlements, key=lambda s: s.run_id):
-            run_id = settlement.run_id
-            hold = BudgetHold.objects.select_for_update().filter(run_id=run_id).first()
-            if hold is not None:
-                charged[run_id] = hold_settle(hold, settlement.cost)
+        with self.transaction():
+            for settlement in sorted(settlements, key=lambda s: s.run_id):
+                run_id = settlement.run_id
+                hold = BudgetHold.objects.select_for_update().filter(run_id=run_id).first()
+                if hold is not None:
+                    charged[run_id] = hold_settle(hold, settlement.cost)
         return charged
 
     def release_slice(self, slice_id: str, amount: Decimal) -> None:

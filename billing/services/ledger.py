@@ -56,13 +56,12 @@ def budget_slice_release(slice_id: str, amount: Decimal) -> None:
 
 
 def budget_holds_settle(settlements: Sequence[Settlement]) -> dict[str, Decimal]:
-    """Charge runs their costs and release the rest of their holds, in one transaction;
-    return what was charged, by run. A run with no hold left (never held, or settled already:
-    settling is safe to repeat) is not in the answer."""
+    """Charge runs their costs and release the rest of their holds, all at once (one
+    transaction, or the caller's); return what was charged, by run. A run with no hold left
+    (never held, or settled already: settling is safe to repeat) is not in the answer."""
     if not settlements:
         return {}
-    with ledger().transaction():
-        return ledger().settle(settlements)
+    return ledger().settle(settlements)
 
 
 # A run in these states was generating when its worker was killed: the model server had its
