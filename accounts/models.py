@@ -24,10 +24,11 @@ _per_minute_bounds = [MinValueValidator(1), MaxValueValidator(PER_MINUTE_MAX)]
 
 def budget_bounds(table: str) -> models.CheckConstraint:
     """SQLite stores any number in a decimal column, and a budget its column cannot hold would
-    make every read of its row fail: refused by the database too."""
+    make every read of its row fail: refused by the database too (a budget of nothing, which
+    refuses every priced request, is one it can hold)."""
     return models.CheckConstraint(
         condition=models.Q(budget_usd__isnull=True)
-        | models.Q(budget_usd__gte=BUDGET_USD_MIN, budget_usd__lte=BUDGET_USD_MAX),
+        | models.Q(budget_usd__gte=0, budget_usd__lte=BUDGET_USD_MAX),
         name=f"{table}_budget_usd_bounds",
     )
 

@@ -8,7 +8,6 @@ from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 from django.db.migrations.state import StateApps
 
 # As the migration was written (the models' bounds may change later).
-BUDGET_USD_MIN = Decimal("0.000001")
 BUDGET_USD_MAX = Decimal("99999999.999999")
 
 
@@ -21,10 +20,7 @@ def clamp_budgets(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> N
             f"UPDATE {table} SET budget_usd = %s WHERE budget_usd > %s",
             [str(BUDGET_USD_MAX), str(BUDGET_USD_MAX)],
         )
-        schema_editor.execute(
-            f"UPDATE {table} SET budget_usd = %s WHERE budget_usd < %s",
-            [str(BUDGET_USD_MIN), str(BUDGET_USD_MIN)],
-        )
+        schema_editor.execute(f"UPDATE {table} SET budget_usd = 0 WHERE budget_usd < 0")
 
 
 class Migration(migrations.Migration):
@@ -129,7 +125,7 @@ class Migration(migrations.Migration):
                 condition=models.Q(
                     ("budget_usd__isnull", True),
                     models.Q(
-                        ("budget_usd__gte", Decimal("0.000001")),
+                        ("budget_usd__gte", 0),
                         ("budget_usd__lte", Decimal("99999999.999999")),
                     ),
                     _connector="OR",
@@ -143,7 +139,7 @@ class Migration(migrations.Migration):
                 condition=models.Q(
                     ("budget_usd__isnull", True),
                     models.Q(
-                        ("budget_usd__gte", Decimal("0.000001")),
+                        ("budget_usd__gte", 0),
                         ("budget_usd__lte", Decimal("99999999.999999")),
                     ),
                     _connector="OR",

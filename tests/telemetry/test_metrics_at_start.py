@@ -3,7 +3,6 @@ so an alert on them tells "none yet" from "missing"."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import httpx
@@ -33,9 +32,12 @@ def fresh_server(
     upstream_models: MockPair, budget_model: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
     """A server of its own, with metrics of its own, that nothing has been sent to."""
-    env = {**os.environ, **_server_env()}
-    env["MORTAR_VAR_DIR"] = str(tmp_path_factory.mktemp("fresh-var"))
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)  # the default: a directory per server run
+    env = {
+        **_server_env(),
+        "MORTAR_VAR_DIR": str(tmp_path_factory.mktemp("fresh-var")),
+        # Empty: not the directory this test process's own metrics (and other servers') use.
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path_factory.mktemp("fresh-metrics")),
+    }
     server = start_mortar(env, log_dir=tmp_path_factory.mktemp("fresh-logs"))
     yield server
     server.stop()
