@@ -131,13 +131,10 @@ class RunRecord:
         plan = self.plan
         response = error_response(error, plan.headers(), envelope=plan.surface.envelope)
         self.recorder.chunk(response.content)
-        self.close(
-            Run.Status.REFUSED if error.status < 500 else Run.Status.FAILED,
-            http_status=error.status,
-            error_code=error.code,
-            error_message=error.message,
-            **outcome,
-        )
+        outcome["http_status"] = error.status
+        outcome["error_code"] = error.code
+        outcome["error_message"] = error.message
+        self.close(Run.Status.REFUSED if error.status < 500 else Run.Status.FAILED, **outcome)
         return response
 
     async def refused(self, error: MortarError, **outcome: Unpack[RunOutcome]) -> HttpResponse:
