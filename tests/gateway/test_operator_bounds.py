@@ -118,6 +118,9 @@ def deployment_form(**fields: str) -> dict[str, str]:
         "first_byte_timeout_s": "60",
         "chunk_timeout_s": "60",
         "total_timeout_s": "600",
+        "extra_fields": "[]",
+        "usage_count": Deployment.UsageCount.ESTIMATE,
+        "chat_template": "",
         **fields,
     }
 
