@@ -131,7 +131,9 @@ test-embedded: install chromium
 ## server on chat completions, Mortar on Anthropic's Messages too, and Mortar with two workers,
 ## 3 interleaved rounds, about 18 minutes (needs wrk, Postgres, Redis; LiteLLM's venv is
 ## installed under bench/ the first time); its report is bench/results/latest.md. Then the run
-## writer's crash log: CPU per chunk appended (bench/micro/chunklog.py, a few seconds).
+## writer's crash log: CPU per chunk appended (bench/micro/chunklog.py, a few seconds), and the
+## settlement of a budget hold when a response ends: CPU per request (bench/micro/settle.py,
+## under a minute).
 ## Before/after in one run: BENCH_ARGS='--baseline REF' also serves Mortar at git revision REF
 ## (a temporary worktree, same venv) interleaved with the working tree; add --no-litellm to skip
 ## LiteLLM, --quick for one short round, --no-scaling to skip Mortar with two workers (~1.5 min).
@@ -140,6 +142,7 @@ bench: install
 	command -v wrk >/dev/null || (apt-get update && apt-get install -y wrk)
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
 	$(BIN)/python -m bench.micro.chunklog
+	$(BIN)/python -m bench.micro.settle
 
 ## lint: the docs site built strict, no citation a reader cannot follow, ruff, the types (mypy
 ## with django-stubs, [tool.mypy]) and the layers between apps

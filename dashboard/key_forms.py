@@ -3,11 +3,16 @@ new name for a key."""
 
 from __future__ import annotations
 
-from decimal import Decimal
-
 from django import forms
 
-from accounts.models import ApiKey, Organization, SpendLimits
+from accounts.models import (
+    BUDGET_USD_MAX,
+    BUDGET_USD_MIN,
+    PER_MINUTE_MAX,
+    ApiKey,
+    Organization,
+    SpendLimits,
+)
 from accounts.services import KeyLimits
 
 NAME_MAX = ApiKey._meta.get_field("name").max_length
@@ -18,11 +23,12 @@ class KeyCreateForm(forms.Form):
         queryset=Organization.objects.order_by("name"), empty_label="choose…"
     )
     name = forms.CharField(max_length=NAME_MAX, required=False, strip=True)
-    # The same bounds as the model's column: 14 digits, to the micro-dollar.
+    # The same bounds as the model's: its column's 14 digits, to the micro-dollar.
     budget_usd = forms.DecimalField(
         label="Budget (USD)",
         required=False,
-        min_value=Decimal("0.000001"),
+        min_value=BUDGET_USD_MIN,
+        max_value=BUDGET_USD_MAX,
         max_digits=14,
         decimal_places=6,
     )
@@ -32,10 +38,10 @@ class KeyCreateForm(forms.Form):
         widget=forms.Select(attrs={"class": "choices"}),
     )
     requests_per_minute = forms.IntegerField(
-        label="Requests/min", required=False, min_value=1, max_value=2_147_483_647
+        label="Requests/min", required=False, min_value=1, max_value=PER_MINUTE_MAX
     )
     tokens_per_minute = forms.IntegerField(
-        label="Tokens/min", required=False, min_value=1, max_value=2_147_483_647
+        label="Tokens/min", required=False, min_value=1, max_value=PER_MINUTE_MAX
     )
 
     def limits(self) -> KeyLimits:

@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from billing.costs import Prices
 from gateway.catalog.extra_fields import extra_fields_problems
 from gateway.catalog.upstream_urls import upstream_url_problem
+
+# The bounds of what operators set, checked wherever they set it (the admin's forms,
+# `applyconfig`): what the columns hold, and what a request can be planned with.
+PRICE_MAX = Decimal("999999.999999")  # per million tokens: numeric(12, 6)
+TIMEOUT_MIN_S = 0.001
+TIMEOUT_MAX_S = 86_400.0  # a day: a hold's expiry is computed from the total
+SCRIPTED_DELAY_MS_MAX = 60_000
+CONTEXT_WINDOW_MAX = 2_147_483_647  # the integer column's
+
+_timeout_bounds = [MinValueValidator(TIMEOUT_MIN_S), MaxValueValidator(TIMEOUT_MAX_S)]
+_price_bounds = [MinValueValidator(Decimal(0)), MaxValueValidator(PRICE_MAX)]
 
 
 class Deployment(models.Model):
@@ -39,17 +53,19 @@ class Deployment(models.Model):
     stream_default = models.BooleanField(default=True)
     # Pause between streamed pieces of the scripted model, so live views and stopping can be
     # shown on it.
-    scripted_delay_ms = models.PositiveIntegerField(default=0)
+    scripted_delay_ms = models.PositiveIntegerField(
+        default=0, validators=[MaxValueValidator(SCRIPTED_DELAY_MS_MAX)]
+    )
 
     # Upstream deployments: the replicas' base URLs (".../v1"), the model name they expect,
     # and the environment variable holding their API key (never the key itself).
     upstreams = models.JSONField(default=list, blank=True)
     upstream_model = models.CharField(max_length=200, blank=True, default="")
     api_key_env = models.CharField(max_length=100, blank=True, default="")
-    connect_timeout_s = models.FloatField(default=5.0)
-    first_byte_timeout_s = models.FloatField(default=60.0)
-    chunk_timeout_s = models.FloatField(default=60.0)
-    total_timeout_s = models.FloatField(default=600.0)
+    connect_timeout_s = models.FloatField(default=5.0, validators=_timeout_bounds)
+    first_byte_timeout_s = models.FloatField(default=60.0, validators=_timeout_bounds)
+    chunk_timeout_s = models.FloatField(default=60.0, validators=_timeout_bounds)
+    total_timeout_s = models.FloatField(default=600.0, validators=_timeout_bounds)
     # Request fields beyond OpenAI's that the model servers take (vLLM's `top_k`, `min_p`,
     # `guided_json`, …): forwarded as the client sent them, unchecked. None by default.
     extra_fields = models.JSONField(
@@ -106,7 +122,9 @@ class CatalogModel(models.Model):
         ANTHROPIC = "anthropic", "Anthropic Messages only"
 
     id = models.CharField(max_length=200, primary_key=True)
-    context_window = models.PositiveIntegerField(default=4096)
+    context_window = models.PositiveIntegerField(
+        default=4096, validators=[MinValueValidator(1), MaxValueValidator(CONTEXT_WINDOW_MAX)]
+    )
     vision = models.BooleanField(default=False)
     deployed = models.BooleanField(default=True)
     deployment = models.ForeignKey(
@@ -115,15 +133,30 @@ class CatalogModel(models.Model):
     owned_by = models.CharField(max_length=100, default="mortar")
     created_at = models.DateTimeField(auto_now_add=True)
     # Prices in currency units per million tokens, applied to a run's usage for its cost.
-    price_input = models.DecimalField(max_digits=12, decimal_places=6, default=0)
-    price_cached_input = models.DecimalField(max_digits=12, decimal_places=6, default=0)
-    price_output = models.DecimalField(max_digits=12, decimal_places=6, default=0)
+    price_input = models.DecimalField(
+        max_digits=12, decimal_places=6, default=0, validators=_price_bounds
+    )
+    price_cached_input = models.DecimalField(
+        max_digits=12, decimal_places=6, default=0, validators=_price_bounds
+    )
+    price_output = models.DecimalField(
+        max_digits=12, decimal_places=6, default=0, validators=_price_bounds
+    )
     surfaces = models.CharField(max_length=16, choices=Surfaces.choices, default=Surfaces.BOTH)
 
     class Meta:
         db_table = "gateway_model"
         verbose_name = "model"
         ordering = ["id"]
+        # SQLite stores any number in a decimal column, and a price its column cannot hold
+        # would make every read of the catalog fail: refused by the database too.
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(**{f"{price}__gte": 0, f"{price}__lte": PRICE_MAX}),
+                name=f"gateway_model_{price}_bounds",
+            )
+            for price in ("price_input", "price_cached_input", "price_output")
+        ]
 
     def __str__(self) -> str:
         return self.id

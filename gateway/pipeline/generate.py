@@ -9,6 +9,8 @@ from django.conf import settings
 from django.http import HttpResponse
 
 from accounts.models import Organization
+from billing.costs import usage_cost
+from billing.services.ratelimits import count_usage
 from core.errors import MortarError
 from core.http.responses import EventStreamResponse
 from gateway.coordination.stop import live_generations
@@ -16,12 +18,15 @@ from gateway.generation.forwarding import encode_body, forward, upstream_body
 from gateway.generation.reply import Deltas, Generation
 from gateway.generation.scripted import ScriptedModel, one_per_batch
 from gateway.models import Deployment
+from gateway.pipeline.plan import Plan
 from gateway.pipeline.record import RunRecord
 from gateway.pipeline.surface import RenderingFor
 from gateway.relay.json import json_response
 from gateway.relay.relay import Relay
 from gateway.relay.sse import streaming_response
 from gateway.upstream.counting import UsageCounting
+from telemetry.models import Run
+from telemetry.store.records import RunOutcome
 
 logger = logging.getLogger(__name__)
 
@@ -91,13 +96,15 @@ async def generate(
             ping_interval = None
     except MortarError as error:
         release()
-        return record.refuse(error)
+        if generation.prompt_consumed:
+            return await record.refused(error, **consumed_prompt(plan, generation))
+        return await record.refused(error)
     except Exception:
         # Mortar's own fault, not the client's: recorded as the 500 it is answered with, never
         # as a disconnect.
         logger.exception("The generation of %s failed to start", run_id)
         release()
-        return record.refuse(MortarError("Mortar failed to start the generation."))
+        return await record.refused(MortarError("Mortar failed to start the generation."))
     except BaseException:
         # The client went away while the model server was being reached.
         record.cancel()
@@ -127,3 +134,28 @@ async def generate(
     if plan.stream:
         return streaming_response(relay)
     return await json_response(relay)
+
+
+def consumed_prompt(plan: Plan, generation: Generation) -> RunOutcome:
+    """What a model server that failed before its first byte consumed: its own usage when it
+    reported one, else the prompt alone — at the model's prices, charged like any usage (a
+    model server bills the prompt it processed, whether or not a reply came of it)."""
+    assert plan.model is not None
+    reported = generation.upstream_usage
+    if reported is not None and isinstance(reported.get("prompt_tokens"), int):
+        usage, source = reported, Run.UsageSource.UPSTREAM
+    else:
+        usage = {"prompt_tokens": plan.prompt_tokens, "completion_tokens": 0}
+        usage["total_tokens"] = plan.prompt_tokens
+        source = Run.UsageSource.ESTIMATE
+    completion = usage.get("completion_tokens")
+    if plan.rate_limits is not None:
+        count_usage(plan.rate_limits, plan.prompt_tokens, usage)
+    return {
+        "prompt_tokens": usage["prompt_tokens"],
+        "completion_tokens": completion if isinstance(completion, int) else 0,
+        "total_tokens": usage.get("total_tokens") or 0,
+        "cost": usage_cost(usage, plan.model.prices),
+        "usage": usage,
+        "usage_source": source,
+    }
