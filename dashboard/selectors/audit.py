@@ -18,6 +18,7 @@ from django.db.models import F, FloatField, QuerySet, Sum, Value
 from django.db.models.functions import Cast, NullIf, TruncDate
 
 from dashboard.selectors.catalog import key_labels
+from dashboard.selectors.scope import of_organizations
 from telemetry.models import UsageRollup
 
 AUDIT_DIMENSIONS = ("organization", "key", "end_user", "model", "day")
@@ -57,6 +58,7 @@ class AuditQuery:
     since: date
     until: date  # inclusive
     organization_id: int | None = None
+    organizations: frozenset[int] | None = None  # those the user sees; None: every one
     group: tuple[str, ...] = DEFAULT_GROUP
     sort: str = "-cost"
 
@@ -91,8 +93,7 @@ def _filtered(query: AuditQuery) -> QuerySet[UsageRollup]:
     start = datetime.combine(query.since, time.min, tzinfo=UTC)
     end = datetime.combine(query.until + timedelta(days=1), time.min, tzinfo=UTC)
     rollups = UsageRollup.objects.filter(hour__gte=start, hour__lt=end)
-    if query.organization_id is not None:
-        rollups = rollups.filter(organization_id=query.organization_id)
+    rollups = of_organizations(rollups, query.organization_id, query.organizations)
     return rollups
 
 
