@@ -14,7 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts.auth import key_digest
-from accounts.models import ApiKey, KeyChange, Organization, SpendLimits
+from accounts.models import ApiKey, KeyChange, Membership, Organization, SpendLimits
 from core.lookups import announce_change
 
 KEY_PREFIX = "mk-"
@@ -55,6 +55,39 @@ class KeyPolicy:
 
 class OrganizationExists(ValueError):
     pass
+
+
+class MembershipError(ValueError):
+    """A role that cannot be given or taken as asked (unknown user or organization)."""
+
+
+def _member_and_organization(username: str, organization_name: str) -> tuple[User, Organization]:
+    user = User.objects.filter(username=username).first()
+    if user is None:
+        raise MembershipError(f"There is no user named {username!r}.")
+    organization = Organization.objects.filter(name=organization_name).first()
+    if organization is None:
+        raise MembershipError(f"There is no organization named {organization_name!r}.")
+    return user, organization
+
+
+@transaction.atomic
+def membership_set(*, username: str, organization_name: str, role: str) -> Membership:
+    """Give the user this role in the organization (replacing the one they had there)."""
+    user, organization = _member_and_organization(username, organization_name)
+    membership, _ = Membership.objects.update_or_create(
+        user=user, organization=organization, defaults={"role": role}
+    )
+    return membership
+
+
+@transaction.atomic
+def membership_remove(*, username: str, organization_name: str) -> None:
+    """Take away the user's role in the organization; they no longer see it on the dashboard."""
+    user, organization = _member_and_organization(username, organization_name)
+    deleted, _ = Membership.objects.filter(user=user, organization=organization).delete()
+    if not deleted:
+        raise MembershipError(f"{username} has no role in {organization_name!r}.")
 
 
 @transaction.atomic

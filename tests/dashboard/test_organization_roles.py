@@ -11,6 +11,7 @@ from decimal import Decimal
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.management import CommandError, call_command
 from django.test import Client
 from django.utils import timezone
 
@@ -267,3 +268,28 @@ def test_a_member_of_two_organizations_sees_both(world: World) -> None:
     assert MINE_RUN in listed and THEIRS_RUN in listed
     only_theirs = page(client, "/dashboard/runs/", organization=world.theirs.pk)
     assert MINE_RUN not in only_theirs and THEIRS_RUN in only_theirs
+
+
+def test_setrole_gives_changes_and_takes_away_a_role(world: World) -> None:
+    user = User.objects.create_user("role-cli")
+    client = Client()
+    client.force_login(user)
+    assert client.get("/dashboard/runs/").status_code == 302  # no role yet: the sign-in
+
+    call_command("setrole", "role-cli", "role-mine", stdout=io.StringIO())
+    assert Membership.objects.get(user=user).role == "viewer"
+    assert client.get("/dashboard/keys/").status_code == 403
+
+    call_command("setrole", "role-cli", "role-mine", "--role", "admin", stdout=io.StringIO())
+    assert Membership.objects.get(user=user).role == "admin"
+    assert client.get("/dashboard/keys/").status_code == 200
+
+    call_command("setrole", "role-cli", "role-mine", "--remove", stdout=io.StringIO())
+    assert not Membership.objects.filter(user=user).exists()
+    assert client.get("/dashboard/runs/").status_code == 302
+
+    with pytest.raises(CommandError, match="no organization named 'nope'"):
+        call_command("setrole", "role-cli", "nope")
+    with pytest.raises(CommandError, match="no user named 'ghost'"):
+        call_command("setrole", "ghost", "role-mine")
+    assert not Membership.objects.filter(user=user).exists()
