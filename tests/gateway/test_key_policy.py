@@ -86,6 +86,8 @@ def test_a_key_limited_to_some_models_is_refused_others_on_chat_completions(
     assert no_model.json()["error"]["code"] == "model_not_allowed"
 
     client = openai.OpenAI(base_url=f"{mortar_server.base_url}/v1", api_key=secret, max_retries=0)
+    # The key's model list is the models it may use.
+    assert [model.id for model in client.models.list()] == [surface_models.vision]
     with pytest.raises(openai.PermissionDeniedError) as raised:
         client.chat.completions.create(
             model=DEFAULT_MODEL, messages=[{"role": "user", "content": "Hi"}]
