@@ -77,11 +77,3 @@ def seen_or_404(request: HttpRequest, organization_id: int | None, what: str) ->
     """Another organization's thing is not found, as if it did not exist."""
     if not access(request).sees(organization_id):
         raise Http404(f"No {what}")
-
-
-def managed_or_404(request: HttpRequest, organization_id: int | None, what: str) -> None:
-    """A thing of an organization the user does not manage: 404 if they cannot even see it,
-    403 if they see it as a viewer."""
-    seen_or_404(request, organization_id, what)
-    if not access(request).manages(organization_id):
-        raise PermissionDenied(f"Only the organization's admins may change this {what}.")
