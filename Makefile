@@ -52,11 +52,13 @@ docs-screenshots: install chromium
 
 ## serve: migrate, make sure the demo organization and key exist, print the address and how to
 ## call it, serve WORKERS uvicorn processes on one port (default 1 embedded, the core count with
-## DATABASE_URL and REDIS_URL set; more than one without REDIS_URL is refused) through
+## DATABASE_URL and REDIS_URL set; more than one without REDIS_URL is refused before anything
+## runs) through
 ## config/serve.py, which exits 0 after a graceful shutdown (no access log: every request is
 ## stored as a run, and the log line costs ~1 ms of CPU)
 override WORKERS := $(or $(WORKERS),$(if $(and $(DATABASE_URL),$(REDIS_URL)),$(shell nproc),1))
 serve: install-serve
+	$(BIN)/python -m config.workers $(WORKERS)
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py bootstrap --base-url $(BASE_URL)
 	$(BIN)/python -m config.serve --host $(HOST) --port $(PORT) --workers $(WORKERS) \

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -91,13 +92,22 @@ def membership_remove(*, username: str, organization_name: str) -> None:
 
 
 @transaction.atomic
-def organization_create(*, name: str) -> Organization:
+def organization_create(*, name: str, finish_chunk_delta: bool = False) -> Organization:
     name = name.strip()
     if not name:
         raise ValueError("An organization needs a name.")
     if Organization.objects.filter(name=name).exists():
         raise OrganizationExists(f"An organization named {name!r} already exists.")
-    return Organization.objects.create(name=name)
+    return Organization.objects.create(name=name, finish_chunk_delta=finish_chunk_delta)
+
+
+def organization_set_finish_chunk_delta(*, organization_id: int, on: bool) -> Organization:
+    """Turn OpenAI's exact reply shape on or off for the organization, from its next request
+    (saved, so every worker's cached lookup of it is forgotten)."""
+    organization = Organization.objects.get(pk=organization_id)
+    organization.finish_chunk_delta = on
+    organization.save(update_fields=["finish_chunk_delta"])
+    return organization
 
 
 def key_create(
@@ -298,3 +308,52 @@ def demo_bootstrap(*, secret: str | None = None) -> tuple[Organization, str]:
 
 def _demo_key_file() -> Path:
     return Path(settings.VAR_DIR) / "demo-key"
+
+
+OPERATOR_USERNAME = "admin"
+
+
+@dataclass(frozen=True)
+class SignIn:
+    """The dashboard's first sign-in, as `make serve` prints it."""
+
+    username: str
+    password: str
+
+
+@transaction.atomic
+def operator_bootstrap() -> SignIn | None:
+    """Make sure the dashboard can be signed in to; return the generated sign-in, if any.
+
+    On a database with no staff account yet, a superuser `admin` is made with a generated
+    password, kept (like the demo key) in `var/dashboard-password`, mode 0600, to print it
+    again on the next `make serve`. Nothing is returned, and nothing changed, once the
+    operators have accounts of their own or have changed that password.
+    """
+    saved = _operator_password_file()
+    user = User.objects.filter(username=OPERATOR_USERNAME).first()
+    if user is None:
+        if User.objects.filter(is_staff=True).exists():
+            return None
+        password = secrets.token_urlsafe(18)
+        User.objects.create_superuser(username=OPERATOR_USERNAME, email="", password=password)
+        _write_private(saved, password + "\n")
+        return SignIn(username=OPERATOR_USERNAME, password=password)
+    if not saved.exists():
+        return None
+    password = saved.read_text().strip()
+    if user.is_active and user.is_staff and user.check_password(password):
+        return SignIn(username=OPERATOR_USERNAME, password=password)
+    return None
+
+
+def _operator_password_file() -> Path:
+    return Path(settings.VAR_DIR) / "dashboard-password"
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write `text` to `path`, readable by this user only from the first byte."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        file.write(text)
+    path.chmod(0o600)  # an existing file keeps its mode through os.open

@@ -6,6 +6,7 @@ from django.views.generic import RedirectView
 
 from core.errors import MortarError, RouteNotFound
 from core.http.responses import error_response
+from dashboard.views.assets import favicon
 from gateway.health import healthz, readyz
 from telemetry.scrape import metrics_scrape
 
@@ -13,6 +14,7 @@ urlpatterns = [
     path("healthz", healthz),
     path("readyz", readyz),
     path("metrics", metrics_scrape),
+    path("favicon.ico", favicon),
     # Organizations and keys moved from the gateway app to accounts: old admin links still work.
     re_path(
         r"^admin/gateway/(?P<rest>(?:organization|apikey)/.*)$",

@@ -52,3 +52,13 @@ def stop_the_supervisor() -> None:
     """Ask the uvicorn supervisor to stop every worker, rather than restart the refused one."""
     if multiprocessing.parent_process() is not None:
         os.kill(os.getppid(), signal.SIGTERM)
+
+
+if __name__ == "__main__":
+    # `python -m config.workers N`: `make serve` asks before migrating, bootstrapping and
+    # printing how to call a server that would not start.
+    import sys
+
+    refused = refusal(workers=int(sys.argv[1]), redis_url=os.environ.get("REDIS_URL", ""))
+    if refused:
+        sys.exit(refused)

@@ -31,7 +31,9 @@ class KeyCreateForm(forms.Form):
         decimal_places=6,
     )
     budget_period = forms.ChoiceField(
-        choices=SpendLimits.BudgetPeriod.choices, initial=SpendLimits.BudgetPeriod.MONTH
+        choices=SpendLimits.BudgetPeriod.choices,
+        initial=SpendLimits.BudgetPeriod.MONTH,
+        widget=forms.Select(attrs={"class": "choices"}),
     )
     requests_per_minute = forms.IntegerField(
         label="Requests/min", required=False, min_value=1, max_value=2_147_483_647

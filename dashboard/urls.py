@@ -8,6 +8,7 @@ from dashboard.views import (
     budgets,
     keys,
     live,
+    organizations,
     overview,
     playground,
     rerun,
@@ -65,5 +66,11 @@ urlpatterns = [
     path("keys/", keys.keys, name="keys"),
     path("keys/<int:key_id>/rename", keys.key_rename_view, name="key-rename"),
     path("keys/<int:key_id>/revoke", keys.key_revoke_view, name="key-revoke"),
+    path("organizations/", organizations.organizations, name="organizations"),
+    path(
+        "organizations/<int:organization_id>/finish-chunk-delta",
+        organizations.organization_finish_chunk_delta,
+        name="organization-finish-chunk-delta",
+    ),
     path("assets/<path:path>", assets.asset, name="asset"),
 ]

@@ -6,6 +6,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 
 from billing.costs import Prices
+from gateway.catalog.extra_fields import extra_fields_problems
 from gateway.catalog.upstream_urls import upstream_url_problem
 
 
@@ -43,13 +44,27 @@ class Deployment(models.Model):
     first_byte_timeout_s = models.FloatField(default=60.0)
     chunk_timeout_s = models.FloatField(default=60.0)
     total_timeout_s = models.FloatField(default=600.0)
+    # Request fields beyond OpenAI's that the model servers take (vLLM's `top_k`, `min_p`,
+    # `guided_json`, …): forwarded as the client sent them, unchecked. None by default.
+    extra_fields = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='Request fields forwarded as sent, e.g. ["top_k", "min_p", "guided_json"]: '
+        "fields the model servers take that Mortar does not know. Empty: none.",
+    )
 
     def __str__(self) -> str:
         return self.name
 
     def clean(self) -> None:
         """Refuse replica URLs a model server could not be reached at, or that hold
-        credentials (the admin's form asks; `applyconfig` checks the same)."""
+        credentials, and extra fields Mortar sets itself (the admin's form asks;
+        `applyconfig` checks the same)."""
+        if not isinstance(self.extra_fields, list):
+            raise ValidationError({"extra_fields": 'A list of field names, such as ["top_k"].'})
+        extra_problems = extra_fields_problems(self.extra_fields)
+        if extra_problems:
+            raise ValidationError({"extra_fields": extra_problems})
         if not isinstance(self.upstreams, list) or not all(
             isinstance(url, str) for url in self.upstreams
         ):

@@ -1,9 +1,12 @@
 """`GET /metrics`: this server's metrics, every worker process's together, in Prometheus' text
-format; with `MORTAR_METRICS_TOKEN` set, only for a request bearing it."""
+format; with `MORTAR_METRICS_TOKEN` set, only for a request bearing it, and without it only for
+a client on this machine (loopback), so a server reachable from elsewhere does not show its
+traffic, models and organizations to anyone who asks."""
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
@@ -11,11 +14,24 @@ from django.views.decorators.http import require_GET
 
 from telemetry.metrics import metrics
 
+# A request carrying these came through a proxy: the client is not the loopback peer.
+FORWARDING_HEADERS = ("Forwarded", "X-Forwarded-For", "X-Real-IP")
+
+
+def from_loopback(request: HttpRequest) -> bool:
+    """Whether the client is on this machine, not a proxy forwarding someone else."""
+    if any(name in request.headers for name in FORWARDING_HEADERS):
+        return False
+    try:
+        return ipaddress.ip_address(request.META.get("REMOTE_ADDR") or "").is_loopback
+    except ValueError:
+        return False
+
 
 def scrape_allowed(request: HttpRequest) -> bool:
     token = settings.MORTAR_METRICS_TOKEN
     if not token:
-        return True
+        return from_loopback(request)
     scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
     return scheme.lower() == "bearer" and hmac.compare_digest(
         presented.strip().encode(), token.encode()
@@ -26,6 +42,12 @@ def scrape_allowed(request: HttpRequest) -> bool:
 def metrics_scrape(request: HttpRequest) -> HttpResponse:
     """The metrics of every worker process of this server, summed as their kinds want."""
     if not scrape_allowed(request):
+        if not settings.MORTAR_METRICS_TOKEN:
+            return HttpResponse(
+                "Without MORTAR_METRICS_TOKEN, /metrics answers only clients on this machine.\n",
+                status=403,
+                content_type="text/plain; charset=utf-8",
+            )
         return HttpResponse(
             "A Bearer token is required (MORTAR_METRICS_TOKEN).\n",
             status=401,

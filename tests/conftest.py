@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -89,14 +90,29 @@ def _django_db_helper(
     yield
 
 
+def server_database_problem(database: dict[str, Any]) -> str:
+    """Why server processes must not be started on `database`, or "" when they may: only a
+    database named `test_…` is known to be the run's own."""
+    if Path(database["NAME"]).name.startswith("test_"):
+        return ""
+    chosen = Path((database.get("TEST") or {}).get("NAME") or "").name
+    if chosen and not chosen.startswith("test_"):
+        return (
+            f"the test database is named {chosen!r} (MORTAR_TEST_DB_NAME): the name must "
+            "start with `test_`, the mark of a database the tests' servers may write to"
+        )
+    # pytest-django only creates the test database for runs with a django_db test.
+    return "modules that use mortar_server need `pytestmark = pytest.mark.django_db`"
+
+
 @pytest.fixture(scope="session")
 def mortar_server(
     django_db_setup: None, django_db_blocker, sees_other_connections: None, tmp_path_factory
 ) -> Iterator[ServerProcess]:
     """Mortar on uvicorn, on the test database, for the whole session."""
-    if not Path(settings.DATABASES["default"]["NAME"]).name.startswith("test_"):
-        # pytest-django only creates the test database for runs with a django_db test.
-        pytest.fail("modules that use mortar_server need `pytestmark = pytest.mark.django_db`")
+    problem = server_database_problem(settings.DATABASES["default"])
+    if problem:
+        pytest.fail(problem)
     server = start_mortar(_server_env(), log_dir=tmp_path_factory.mktemp("servers"))
     yield server
     server.stop()

@@ -10,6 +10,7 @@ from django.db import connection
 
 from config.celery import app as celery_app
 from core.backplane import backplane
+from tests.conftest import server_database_problem
 
 BACKENDS = os.environ["MORTAR_TEST_BACKENDS"]
 EXPECTED = {
@@ -49,6 +50,24 @@ def test_the_database_is_the_runs_own() -> None:
     if BACKENDS == "embedded":
         # A file the server processes open too, not SQLite's private in-memory database.
         assert name.parent == Path(settings.VAR_DIR) and name.is_file()
+
+
+def test_server_processes_are_refused_a_database_not_named_test_and_told_why() -> None:
+    assert server_database_problem({"NAME": "test_mortar_ab12", "TEST": {}}) == ""
+    assert server_database_problem({"NAME": "/tmp/x/test_mortar.sqlite3"}) == ""
+    # pytest-django made no test database: the module lacks the mark.
+    assert "pytest.mark.django_db" in server_database_problem(
+        {"NAME": "postgres", "TEST": {"NAME": "test_mortar_ab12"}}
+    )
+    # The chosen name lacks the prefix: said so, not blamed on the mark.
+    for database in (
+        {"NAME": "mortar_ci", "TEST": {"NAME": "mortar_ci"}},
+        {"NAME": "postgres", "TEST": {"NAME": "mortar_ci"}},
+    ):
+        problem = server_database_problem(database)
+        assert "'mortar_ci' (MORTAR_TEST_DB_NAME)" in problem
+        assert "must start with `test_`" in problem
+        assert "django_db" not in problem
 
 
 @pytest.mark.postgres

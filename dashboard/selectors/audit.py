@@ -1,25 +1,31 @@
-"""The cost and cache audit: the hourly rollups summed by organization, key, end user, model
-and day (any subset; by organization unless the operator chooses), sortable, paged on the page
-(`PAGE_SIZE` rows), every row in the CSV export.
+"""The cost and cache audit: usage summed by organization, key, end user, model and day (any
+subset; by organization unless the operator chooses), sortable, paged on the page (`PAGE_SIZE`
+rows), every row in the CSV export.
 
-Days are UTC days of the runs' acceptance, and only finished runs are in the rollups (see
-`telemetry/services/rollups.py`): a run still streaming is counted once it ends and its hour
-is recomputed.
+The sums come from where Spend's do: the hourly rollups before the hour of their last refresh,
+the runs themselves from that hour on, put together in SQL (`UNION ALL`, grouped again, sorted
+and cut in the database). Days are UTC days of the runs' acceptance, and only finished runs
+count (see `telemetry/services/rollups.py`): a run still streaming is counted once it ends.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
-from django.db.models import F, FloatField, QuerySet, Sum, Value
-from django.db.models.functions import Cast, NullIf, TruncDate
+from django.db import connection
+from django.db.models import BigIntegerField, Count, F, QuerySet, Sum, Value
+from django.db.models.functions import Coalesce, TruncDate
 
+from accounts.models import Organization
 from dashboard.selectors.catalog import key_labels
+from dashboard.selectors.overview import fresh_since
 from dashboard.selectors.scope import of_organizations
-from telemetry.models import UsageRollup
+from dashboard.selectors.spend.sums import summed_decimal
+from telemetry.models import Run, UsageRollup
+from telemetry.services.rollups import usage_rollups_watermark
 
 AUDIT_DIMENSIONS = ("organization", "key", "end_user", "model", "day")
 AUDIT_MEASURES = (
@@ -35,14 +41,6 @@ AUDIT_SORTS = tuple(
 )
 PAGE_SIZE = 50
 DEFAULT_GROUP = ("organization",)
-# Each dimension's value columns in the grouped query.
-GROUP_COLUMNS = {
-    "organization": ("organization_id", "organization__name"),
-    "key": ("api_key_id",),
-    "end_user": ("end_user",),
-    "model": ("model",),
-    "day": ("day",),
-}
 SORT_COLUMN = {
     "organization": "organization__name",
     "key": "api_key_id",
@@ -80,54 +78,145 @@ class AuditPage:
         return self.first + len(self.rows) - 1 if self.rows else 0
 
 
-SUMS = {
-    "requests": Sum("requests"),
-    "prompt_tokens": Sum("prompt_tokens"),
-    "completion_tokens": Sum("completion_tokens"),
-    "cached_tokens": Sum("cached_tokens"),
-    "cost": Sum("cost"),
-}
+def _now() -> datetime:
+    return datetime.now(UTC)
 
 
-def _filtered(query: AuditQuery) -> QuerySet[UsageRollup]:
+def _sources(query: AuditQuery, *, now: datetime) -> list[QuerySet[Any, Any]]:
+    """The rollups before the hours of their last refresh and the runs from then on, grouped
+    alike by every audit dimension: the sources and the boundary Spend and the Overview read,
+    so the three pages agree at any moment (a run counts the moment it is stored, not when
+    its hour is next rolled up)."""
     start = datetime.combine(query.since, time.min, tzinfo=UTC)
     end = datetime.combine(query.until + timedelta(days=1), time.min, tzinfo=UTC)
-    rollups = UsageRollup.objects.filter(hour__gte=start, hour__lt=end)
+    fresh = fresh_since(now, usage_rollups_watermark())
+    rollups = UsageRollup.objects.filter(hour__gte=start, hour__lt=min(end, fresh))
+    runs = Run.objects.filter(accepted_at__gte=max(start, fresh), accepted_at__lt=end).exclude(
+        status=Run.Status.IN_PROGRESS
+    )
     rollups = of_organizations(rollups, query.organization_id, query.organizations)
-    return rollups
-
-
-def _rows(query: AuditQuery) -> QuerySet[UsageRollup, Any]:
-    columns = [column for dimension in query.group for column in GROUP_COLUMNS[dimension]]
-    grouped = (
-        _filtered(query)
-        .annotate(day=TruncDate("hour", tzinfo=UTC))
-        .values(*columns)
-        .annotate(**SUMS)
+    runs = of_organizations(runs, query.organization_id, query.organizations)
+    from_rollups = (
+        rollups.annotate(
+            a_organization=F("organization_id"),
+            a_key=F("api_key_id"),
+            a_end_user=F("end_user"),
+            a_model=F("model"),
+            a_day=TruncDate("hour", tzinfo=UTC),
+        )
+        .values(*SOURCE_COLUMNS)
         .annotate(
-            cache_hit_ratio=Cast(F("cached_tokens"), FloatField())
-            / NullIf(Cast(F("prompt_tokens"), FloatField()), Value(0.0))
+            s_requests=Sum("requests"),
+            s_prompt=Sum("prompt_tokens"),
+            s_completion=Sum("completion_tokens"),
+            s_cached=Sum("cached_tokens"),
+            s_cost=Sum("cost"),
         )
     )
+    from_runs = (
+        runs.annotate(
+            a_organization=F("organization_id"),
+            # 0 for a run without a key, as the rollups store it.
+            a_key=Coalesce(F("api_key_id"), Value(0), output_field=BigIntegerField()),
+            a_end_user=F("end_user"),
+            a_model=F("model"),
+            a_day=TruncDate("accepted_at", tzinfo=UTC),
+        )
+        .values(*SOURCE_COLUMNS)
+        .annotate(
+            s_requests=Count("pk"),
+            s_prompt=Sum("prompt_tokens"),
+            s_completion=Sum("completion_tokens"),
+            s_cached=Sum("cached_tokens"),
+            s_cost=Sum("cost"),
+        )
+    )
+    return [from_rollups, from_runs]
+
+
+SOURCE_COLUMNS = ("a_organization", "a_key", "a_end_user", "a_model", "a_day")
+# Each dimension's columns in the grouped rows: the name a row has, what it is in SQL.
+GROUP_SQL = {
+    "organization": (("organization_id", "u.a_organization"), ("organization__name", "o.name")),
+    "key": (("api_key_id", "u.a_key"),),
+    "end_user": (("end_user", "u.a_end_user"),),
+    "model": (("model", "u.a_model"),),
+    "day": (("day", "u.a_day"),),
+}
+MEASURE_SQL = (
+    ("requests", "COALESCE(SUM(u.s_requests), 0)"),
+    ("prompt_tokens", "COALESCE(SUM(u.s_prompt), 0)"),
+    ("completion_tokens", "COALESCE(SUM(u.s_completion), 0)"),
+    ("cached_tokens", "COALESCE(SUM(u.s_cached), 0)"),
+    # NULL without prompt tokens: no ratio, sorted last either way.
+    ("cache_hit_ratio", "COALESCE(SUM(u.s_cached), 0) * 1.0 / NULLIF(SUM(u.s_prompt), 0)"),
+    ("cost", "COALESCE(SUM(u.s_cost), 0)"),
+)
+
+
+def _grouped_sql(query: AuditQuery, *, now: datetime) -> tuple[str, list[Any], list[str]]:
+    """The grouped rows as one query (the sources' `UNION ALL`, grouped again), unsorted;
+    with its parameters and the names of its columns."""
+    sqls: list[str] = []
+    params: list[Any] = []
+    for source in _sources(query, now=now):
+        sql, source_params = source.order_by().query.sql_with_params()
+        sqls.append(sql)
+        params.extend(source_params)
+    quote = connection.ops.quote_name
+    columns = [pair for dimension in query.group for pair in GROUP_SQL[dimension]]
+    selected = [*columns, *MEASURE_SQL]
+    grouped = [expression for _, expression in columns]
+    join = ""
+    if "organization" in query.group:
+        join = f"LEFT JOIN {quote(Organization._meta.db_table)} o ON o.id = u.a_organization"
+    sql = (
+        f"SELECT {', '.join(f'{expression} AS {quote(name)}' for name, expression in selected)} "
+        f"FROM ({' UNION ALL '.join(sqls)}) u {join}"
+        + (f" GROUP BY {', '.join(grouped)}" if grouped else "")
+    )
+    return sql, params, [name for name, _ in selected]
+
+
+def _order_by(query: AuditQuery) -> str:
     name = query.sort.lstrip("-")
     if name in AUDIT_DIMENSIONS and name not in query.group:
         name, descending = "cost", True
     else:
         descending = query.sort.startswith("-")
-    column = F(SORT_COLUMN.get(name, name))
-    tie_breaks = [SORT_COLUMN[d] for d in query.group]
-    ordered: QuerySet[UsageRollup, Any] = grouped.order_by(
-        column.desc(nulls_last=True) if descending else column.asc(nulls_last=True), *tie_breaks
-    )
-    return ordered
+    quote = connection.ops.quote_name
+    column = quote(SORT_COLUMN.get(name, name))
+    tie_breaks = [f"{quote(SORT_COLUMN[d])} ASC" for d in query.group]
+    first = f"{column} {'DESC' if descending else 'ASC'} NULLS LAST"
+    return "ORDER BY " + ", ".join([first, *tie_breaks])
+
+
+def _row(names: list[str], values: tuple[Any, ...]) -> dict[str, Any]:
+    row = dict(zip(names, values, strict=True))
+    for name in ("requests", "prompt_tokens", "completion_tokens", "cached_tokens"):
+        row[name] = int(row[name])
+    row["cost"] = summed_decimal(row["cost"])
+    ratio = row["cache_hit_ratio"]
+    row["cache_hit_ratio"] = None if ratio is None else float(ratio)
+    if isinstance(row.get("day"), str):  # SQLite's dates are text
+        row["day"] = date.fromisoformat(row["day"])
+    return row
 
 
 def audit_rows(
-    query: AuditQuery, *, limit: int | None = None, offset: int = 0
+    query: AuditQuery, *, limit: int | None = None, offset: int = 0, now: datetime | None = None
 ) -> list[dict[str, Any]]:
     """The grouped rows, sorted, with each key's label; `limit` of them from `offset`."""
-    rows = _rows(query)
-    found = list(rows[offset:] if limit is None else rows[offset : offset + limit])
+    sql, params, names = _grouped_sql(query, now=now or _now())
+    sql += " " + _order_by(query)
+    if limit is not None:
+        sql += " LIMIT %s OFFSET %s"
+        params = [*params, limit, offset]
+    elif offset:
+        raise ValueError("an offset needs a limit")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        found = [_row(names, values) for values in cursor.fetchall()]
     if "key" in query.group:
         labels = key_labels({row["api_key_id"] for row in found})
         for row in found:
@@ -135,20 +224,24 @@ def audit_rows(
     return found
 
 
-def audit_page(query: AuditQuery, *, number: int) -> AuditPage:
+def audit_page(query: AuditQuery, *, number: int, now: datetime | None = None) -> AuditPage:
     """Page `number` (from 1) of the rows; a page past the last is the last. The rows are
-    groups of the rollups of at most a few days, so counting them is a small query."""
-    total = _rows(query).count()
+    groups of the rollups of at most a few days and of the last hours' runs, so counting them
+    is a small query."""
+    now = now or _now()
+    sql, params, _ = _grouped_sql(query, now=now)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT COUNT(*) FROM ({sql}) g", params)
+        total = int(cursor.fetchone()[0])
     pages = max(1, -(-total // PAGE_SIZE))
     number = min(max(number, 1), pages)
-    rows = audit_rows(query, limit=PAGE_SIZE, offset=(number - 1) * PAGE_SIZE)
+    rows = audit_rows(query, limit=PAGE_SIZE, offset=(number - 1) * PAGE_SIZE, now=now)
     return AuditPage(rows=rows, number=number, pages=pages, total_rows=total)
 
 
-def audit_totals(query: AuditQuery) -> dict[str, Any]:
-    totals = _filtered(query).aggregate(**SUMS)
-    prompt, cached = totals["prompt_tokens"], totals["cached_tokens"]
-    totals["cache_hit_ratio"] = cached / prompt if prompt else None
+def audit_totals(query: AuditQuery, *, now: datetime | None = None) -> dict[str, Any]:
+    """The sums of every row: the same sources, not grouped."""
+    [totals] = audit_rows(replace(query, group=()), now=now)
     return totals
 
 

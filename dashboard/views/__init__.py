@@ -1,7 +1,8 @@
 """The operator dashboard's pages, one module per page: each view parses its filters, calls a
 selector or a service, and renders. Every page is for dashboard users only: staff, or members of
 an organization, who see only theirs (`dashboard.access`); the Keys, Budgets and Playground
-pages and a run's re-run and Stop are for staff and organization admins (`admin_required`).
+pages and a run's re-run and Stop are for staff and organization admins (`admin_required`);
+the Organizations page is for staff only (`staff_required`).
 Every POST is CSRF-checked by Django's middleware."""
 
 from __future__ import annotations
@@ -31,13 +32,15 @@ def access(request: HttpRequest) -> Access:
     return found
 
 
-def _guarded(view: View, *, admin: bool) -> View:
+def _guarded(view: View, *, admin: bool = False, staff: bool = False) -> View:
     def checked(request: HttpRequest, found: Access | None) -> HttpResponseBase | None:
         if found is None:
             # Anonymous, or signed in without a role: the sign-in page says which.
             return redirect_to_login(request.get_full_path(), "dashboard:login")
         if admin and not found.manages_any:
             raise PermissionDenied("Only organization admins and staff may use this page.")
+        if staff and not found.staff:
+            raise PermissionDenied("Only staff may use this page.")
         setattr(request, ACCESS_ATTRIBUTE, found)
         return None
 
@@ -71,6 +74,11 @@ def member_required(view: View) -> View:
 def admin_required(view: View) -> View:
     """Staff and admins of an organization; a viewer gets 403, anyone else the sign-in."""
     return _guarded(view, admin=True)
+
+
+def staff_required(view: View) -> View:
+    """Staff only; an organization's member gets 403, anyone else the sign-in."""
+    return _guarded(view, staff=True)
 
 
 def seen_or_404(request: HttpRequest, organization_id: int | None, what: str) -> None:

@@ -12,6 +12,8 @@ from django.http import (
 )
 from django.views.decorators.http import require_GET
 
+FAVICON = "dashboard/favicon.svg"
+
 
 @require_GET
 def asset(request: HttpRequest, path: str) -> FileResponse:
@@ -25,3 +27,9 @@ def asset(request: HttpRequest, path: str) -> FileResponse:
     response = FileResponse(open(found, "rb"), content_type=content_type)  # noqa: SIM115
     response["Cache-Control"] = "public, max-age=3600"
     return response
+
+
+@require_GET
+def favicon(request: HttpRequest) -> FileResponse:
+    """`/favicon.ico`, which browsers ask for on every page that names no icon (the admin's)."""
+    return asset(request, FAVICON)

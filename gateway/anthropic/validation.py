@@ -49,6 +49,9 @@ def _as_chat(request: Mapping[str, Any]) -> ChatRequest:
     chat = validate_chat_request(translated)
     chat.enable_thinking = translated.get("enable_thinking")
     chat.has_images = has_images(request)
+    # A Messages body is not OpenAI's: a deployment's extra fields are chat-completions fields,
+    # and none is read from it.
+    chat.sent = {}
     return chat
 
 

@@ -8,6 +8,7 @@
         stream: true                               # optional: the `stream` default
         optimizer: shadow                          # optional: shadow | on | off
         timeouts: {connect: 5, first_byte: 60, between_chunks: 60, total: 600}  # optional
+        extra_fields: [top_k, min_p, guided_json]  # optional: forwarded as sent; default none
     models:
       - id: qwen-upstream                          # the name clients send
         deployment: vllm-a
@@ -50,6 +51,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from accounts.models import Organization
 from accounts.services import KeyOperationError, KeyPolicy, key_by_prefix, key_policy_set
+from gateway.catalog.extra_fields import extra_fields_problems
 from gateway.catalog.upstream_urls import upstream_url_problem
 from gateway.models import CatalogModel, Deployment
 
@@ -78,6 +80,15 @@ class DeploymentEntry(_Strict):
     scripted_delay_ms: int = Field(0, ge=0)
     optimizer: Literal["shadow", "on", "off"] = "shadow"
     timeouts: Timeouts = Field(default_factory=lambda: Timeouts())
+    extra_fields: list[str] = Field(default_factory=list)
+
+    @field_validator("extra_fields")
+    @classmethod
+    def _extra_fields(cls, names: list[str]) -> list[str]:
+        problems = extra_fields_problems(names)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return names
 
     @field_validator("upstreams")
     @classmethod
@@ -228,6 +239,7 @@ def config_apply(config: ConfigFile) -> list[str]:
                 "first_byte_timeout_s": entry.timeouts.first_byte,
                 "chunk_timeout_s": entry.timeouts.between_chunks,
                 "total_timeout_s": entry.timeouts.total,
+                "extra_fields": entry.extra_fields,
             },
         )
         changes.append(f"{'created' if created else 'updated'} deployment {entry.name}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,9 @@ class ChatRequest:
     # whether it held images (refused for a model without vision, not dropped).
     enable_thinking: bool | None = None
     has_images: bool = False
+    # The body as the client sent it, decoded: a deployment's extra fields (vLLM's `top_k`, …)
+    # are read from it when forwarded (`gateway.generation.forwarding.upstream_body`).
+    sent: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def named_tool(self) -> str | None:

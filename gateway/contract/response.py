@@ -42,6 +42,11 @@ class ReplyMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
     role: Literal["assistant"]
     content: str | None = Field(description="The reply, or null when it only calls tools.")
+    refusal: None = Field(
+        default=None,
+        description="Always null, and present only for an organization with "
+        "`finish_chunk_delta` (OpenAI's exact shape).",
+    )
     tool_calls: list[ReplyToolCall] | None = Field(
         default=None, description="Present when the model calls tools: the calls, in order."
     )
@@ -87,12 +92,21 @@ class Delta(BaseModel):
     model_config = ConfigDict(extra="allow")
     role: Literal["assistant"] | None = Field(default=None, description="On the first chunk.")
     content: str | None = Field(default=None, description="The next piece of the reply.")
+    refusal: None = Field(
+        default=None,
+        description="Null on the role chunk of an organization with `finish_chunk_delta` "
+        "(OpenAI's exact shape); absent otherwise.",
+    )
     tool_calls: list[ToolCallPiece] | None = None
 
 
 class ChunkChoice(BaseModel):
     index: Literal[0]
-    delta: Delta | None = Field(default=None, description="Absent on the finish chunk.")
+    delta: Delta | None = Field(
+        default=None,
+        description="Absent on the finish chunk (`{}` for an organization with "
+        "`finish_chunk_delta`).",
+    )
     logprobs: None
     finish_reason: str | None = Field(description="Null except on the finish chunk.")
 

@@ -84,6 +84,7 @@ def validate_chat_request(data: dict[str, Any]) -> ChatRequest:
         # Valid, so passed on exactly as sent (`1` stays `1`, and `response_format` whole).
         sampling={name: data[name] for name in SAMPLING_FIELDS if data.get(name) is not None},
         image_parts=_image_parts(messages),
+        sent=data,
     )
 
 

@@ -1,11 +1,12 @@
 """Forward a chat request to a deployment's model servers, and relay what comes back.
 
 Only the fields Mortar forwards reach a model server (any other field a client sends is
-ignored) — messages, tools, `tool_choice`, `parallel_tool_calls`, the planned output cap and the
-range-checked sampling fields — plus what Mortar itself needs to relay: the upstream's model
-name, `stream: true` and `stream_options.include_usage` (Mortar always streams from the model
-server, so it can relay, time and cut the reply, and ask for its usage). A Messages request's
-`thinking` becomes the server's reasoning switch, vLLM's
+ignored) — messages, tools, `tool_choice`, `parallel_tool_calls`, the planned output cap, the
+range-checked sampling fields, and the deployment's `extra_fields` as the client sent them
+(vLLM's `top_k`, `min_p`, `guided_json`, …; none unless listed) — plus what Mortar itself needs
+to relay: the upstream's model name, `stream: true` and `stream_options.include_usage` (Mortar
+always streams from the model server, so it can relay, time and cut the reply, and ask for its
+usage). A Messages request's `thinking` becomes the server's reasoning switch, vLLM's
 `chat_template_kwargs: {"enable_thinking": …}`. Nothing else: no key, no user, no headers.
 
 A replica that fails before its first chunk is marked failed for a cool-down and the request
@@ -17,7 +18,7 @@ that runs on past `max_tokens` is stopped at three times it plus 64 tokens by Mo
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +39,13 @@ def runon_limit(max_tokens: int) -> int:
     return 3 * max_tokens + 64
 
 
-def upstream_body(chat: ChatRequest, *, upstream_model: str, max_tokens: int) -> dict[str, Any]:
+def upstream_body(
+    chat: ChatRequest,
+    *,
+    upstream_model: str,
+    max_tokens: int,
+    extra_fields: Sequence[str] = (),
+) -> dict[str, Any]:
     body: dict[str, Any] = {"model": upstream_model, "messages": chat.messages}
     if chat.tools is not None:
         body["tools"] = chat.tools
@@ -48,6 +55,11 @@ def upstream_body(chat: ChatRequest, *, upstream_model: str, max_tokens: int) ->
         body["parallel_tool_calls"] = chat.parallel_tool_calls
     body["max_tokens"] = max_tokens
     body.update(chat.sampling)
+    # The deployment's extra fields, as sent (never one Mortar sets: `extra_fields.py`).
+    for name in extra_fields:
+        value = chat.sent.get(name)
+        if value is not None:
+            body[name] = value
     if chat.enable_thinking is not None:
         body["chat_template_kwargs"] = {"enable_thinking": chat.enable_thinking}
     body["stream"] = True

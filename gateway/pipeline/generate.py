@@ -40,6 +40,7 @@ async def generate(
                 chat,
                 upstream_model=deployment.upstream_model or model.id,
                 max_tokens=plan.max_tokens,
+                extra_fields=deployment.extra_fields,
             )
         )
     # In the crash log once open, before the model server has the prompt: a worker killed from

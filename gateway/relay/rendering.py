@@ -47,11 +47,20 @@ class Rendering(Protocol):
         ...
 
 
+# The role chunk: Mortar's, and OpenAI's own (which also says there is no refusal).
+ROLE_DELTA: dict[str, Any] = {"role": "assistant"}
+OPENAI_ROLE_DELTA: dict[str, Any] = {"role": "assistant", "content": "", "refusal": None}
+
+
 class ChatRendering:
     """OpenAI's chat completions: the role chunk, a chunk per delta, the finish chunk without
-    `delta` (with `"delta": {}` for an organization that opted in), the usage chunk when asked
-    for, `[DONE]`. A stopped stream sends no finish chunk (the model did not finish);
-    the usage chunk and `[DONE]` still follow."""
+    `delta`, the usage chunk when asked for, `[DONE]`. A stopped stream sends no finish chunk
+    (the model did not finish); the usage chunk and `[DONE]` still follow.
+
+    For an organization with `finish_chunk_delta`, the reply takes the shape OpenAI's published
+    schema gives it: `"delta": {}` on the finish chunk, and `refusal: null` on the message of a
+    JSON body (a field that schema requires) and on the role chunk's delta (as OpenAI sends it).
+    Mortar's model servers never refuse in that field, so it is always null."""
 
     ping = CHAT_PING
 
@@ -61,15 +70,21 @@ class ChatRendering:
         self.encoder = encoder
         self.include_usage = include_usage
         # Chosen once per completion, so the default stream pays nothing for the option.
+        self._openai_shape = finish_chunk_delta
         self._finish = encoder.finish_with_delta if finish_chunk_delta else encoder.finish
+        self._role = OPENAI_ROLE_DELTA if finish_chunk_delta else ROLE_DELTA
 
     def body(self, generation: Generation, usage: dict[str, Any]) -> bytes:
+        message = generation.message()
+        if self._openai_shape:
+            role, content = message.pop("role"), message.pop("content")
+            message = {"role": role, "content": content, "refusal": None, **message}
         return self.encoder.completion(
-            message=generation.message(), finish_reason=generation.finish_reason, usage=usage
+            message=message, finish_reason=generation.finish_reason, usage=usage
         )
 
     def opening(self) -> list[bytes]:
-        return [self.encoder.delta({"role": "assistant"})]
+        return [self.encoder.delta(self._role)]
 
     def delta(self, delta: Delta) -> list[bytes]:
         return [self.encoder.delta(delta)]

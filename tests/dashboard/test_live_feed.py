@@ -186,3 +186,20 @@ def test_a_key_made_after_the_page_opened_becomes_a_filter_choice(
     expect(option).to_have_count(1)
     page.select_option("#event-key", str(key.pk))
     assert shown_run_ids(page) == [theirs]
+
+
+def test_a_fast_run_s_durations_read_in_the_same_unit(
+    live_page, mortar_server: ServerProcess, tenant: Tenant
+) -> None:
+    page = live_page
+    run_id = send(mortar_server, tenant)
+    run = wait_for_run(run_id)
+    assert run.finished_at is not None
+    assert (run.finished_at - run.accepted_at).total_seconds() < 1  # the scripted model: fast
+    expect(rows(page, run_id)).to_have_attribute("data-status", "completed")
+    ttft, total = rows(page, run_id).locator("td.num").first.inner_text().split(" / ")
+
+    # "2 ms / 3 ms", never "2 ms / 0.00 s".
+    assert ttft.endswith(" ms") and total.endswith(" ms"), (ttft, total)
+    numbers = [0.0 if t == "<1 ms" else float(t.removesuffix(" ms")) for t in (ttft, total)]
+    assert numbers[0] <= numbers[1]

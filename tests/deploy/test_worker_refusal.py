@@ -85,3 +85,39 @@ def test_one_worker_or_a_shared_redis_is_allowed() -> None:
     assert refusal(workers=1, redis_url="") == ""
     assert refusal(workers=4, redis_url="redis://127.0.0.1:6379/0") == ""
     assert refusal(workers=2, redis_url="  ") != ""
+
+
+def test_make_serve_refuses_two_workers_without_redis_before_migrating_or_printing(
+    tmp_path,
+) -> None:
+    # A var directory of its own: a migrated database or a bootstrap would leave files there.
+    env = {
+        **embedded_env(MORTAR_VAR_DIR=str(tmp_path)),
+        "DATABASE_URL": "",
+        "PATH": f"{ROOT / '.venv' / 'bin'}:/usr/bin:/bin",
+    }
+    result = subprocess.run(
+        # -o: the installed venv and assets count as up to date (no pip, no npm here).
+        [
+            "make",
+            "-o",
+            ".venv/.installed-serve",
+            "-o",
+            "dashboard/static/dashboard/vendor/uPlot.iife.min.js",
+            "serve",
+            "WORKERS=2",
+            f"PORT={free_port()}",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert "Refusing to serve with 2 worker processes without REDIS_URL" in result.stderr
+    assert "migrate" not in result.stdout.split("config.workers", 1)[1]
+    assert "Mortar will serve on" not in result.stdout
+    assert "API key" not in result.stdout
+    assert not (tmp_path / "mortar.sqlite3").exists()
+    assert not (tmp_path / "demo-key").exists()

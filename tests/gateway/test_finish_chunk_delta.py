@@ -149,3 +149,17 @@ def test_staff_turn_it_on_in_the_admin(client) -> None:  # type: ignore[no-untyp
     assert saved.status_code == 302, saved.content
     organization.refresh_from_db()
     assert organization.finish_chunk_delta is True
+
+
+def test_createorg_turns_it_on_when_asked() -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out = StringIO()
+    call_command("createorg", "strict-at-birth", "--finish-chunk-delta", stdout=out)
+    call_command("createorg", "default-at-birth", stdout=StringIO())
+
+    assert "(finish_chunk_delta on)" in out.getvalue()
+    assert Organization.objects.get(name="strict-at-birth").finish_chunk_delta is True
+    assert Organization.objects.get(name="default-at-birth").finish_chunk_delta is False

@@ -52,6 +52,15 @@
     return sign + "$" + size.toLocaleString("en-US", { minimumFractionDigits: places, maximumFractionDigits: places });
   }
 
+  // A duration in one unit whatever its size, so that "TTFT / total" reads alike on both
+  // sides: milliseconds below a second ("2 ms / 3 ms", never "2 ms / 0.00 s"), seconds above.
+  function duration(ms) {
+    if (ms === undefined || ms === null) return "—";
+    if (ms < 1) return "<1 ms";
+    if (ms < 1000) return Math.round(ms) + " ms";
+    return (ms / 1000).toFixed(2) + " s";
+  }
+
   function cell(row, text, className) {
     const td = row.insertCell();
     td.textContent = text === null || text === undefined || text === "" ? "—" : String(text);
@@ -271,9 +280,7 @@
       who.append(document.createElement("br"), key);
       who.title = who.textContent.replace(/\n/g, " ");
       cell(row, r.model, "clip");
-      const ttft = r.ttftMs === undefined ? "—" : Math.round(r.ttftMs) + " ms";
-      const total = r.latencyMs === undefined ? "—" : (r.latencyMs / 1000).toFixed(2) + " s";
-      cell(row, ttft + " / " + total, "num");
+      cell(row, duration(r.ttftMs) + " / " + duration(r.latencyMs), "num");
       cell(row, tokens(r.usage), "num");
       cell(row, r.cost === undefined ? "" : money(r.cost), "num cost");
       const detail = cell(row, r.detail || "", "clip");
