@@ -20,23 +20,16 @@ if TYPE_CHECKING:
     from django.utils.datastructures import _ListOrTuple
 
 
-class MembershipInline(admin.TabularInline[Membership, Organization]):
-    """The organization's dashboard users and their roles (staff need none)."""
-
-    model = Membership
-    extra = 1
-    autocomplete_fields = ["user"]
-
-
 @admin.register(Organization)
 class OrganizationAdmin(admin.ModelAdmin[Organization]):
     list_display = ["name", "budget_usd", "budget_period", "requests_per_minute", "created_at"]
     search_fields = ["name"]
-    inlines = [MembershipInline]
 
 
 @admin.register(Membership)
 class MembershipAdmin(admin.ModelAdmin[Membership]):
+    """Dashboard users' roles in organizations (staff need none)."""
+
     list_display = ["user", "organization", "role"]
     list_filter = ["role", "organization"]
     search_fields = ["user__username", "organization__name"]

@@ -18,6 +18,7 @@ from django.utils import timezone
 from accounts.models import ApiKey, KeyChange, Membership, Organization
 from accounts.services import key_create
 from telemetry.models import Run, RunChunk, UsageRollup
+from telemetry.services.rollups import usage_rollups_refresh
 
 pytestmark = pytest.mark.django_db
 
@@ -74,6 +75,9 @@ class World:
                 accepted_at=now - timedelta(seconds=2),
                 stream=True,
             )
+        # The runs' hours rolled up as well: Spend reads rollups up to the last refresh (which
+        # another test may have made a moment ago) and the runs after it.
+        usage_rollups_refresh(since=now - timedelta(hours=1))
         self.viewer = self._member("role-viewer", Membership.Role.VIEWER)
         self.admin = self._member("role-admin", Membership.Role.ADMIN)
 
