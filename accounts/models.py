@@ -7,9 +7,31 @@ The tables keep the names they had when these models lived in the gateway app
 from __future__ import annotations
 
 from datetime import datetime
+from decimal import Decimal
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+
+# The bounds of what operators set, checked wherever they set it (the admin's forms, the
+# dashboard's keys page, `applyconfig`): what the columns hold.
+BUDGET_USD_MIN = Decimal("0.000001")
+BUDGET_USD_MAX = Decimal("99999999.999999")  # numeric(14, 6)
+PER_MINUTE_MAX = 2_147_483_647  # the integer column's
+RETENTION_DAYS_MAX = 36_500  # a century: the purge's cutoff must be a date
+
+_per_minute_bounds = [MinValueValidator(1), MaxValueValidator(PER_MINUTE_MAX)]
+
+
+def budget_bounds(table: str) -> models.CheckConstraint:
+    """SQLite stores any number in a decimal column, and a budget its column cannot hold would
+    make every read of its row fail: refused by the database too (a budget of nothing, which
+    refuses every priced request, is one it can hold)."""
+    return models.CheckConstraint(
+        condition=models.Q(budget_usd__isnull=True)
+        | models.Q(budget_usd__gte=0, budget_usd__lte=BUDGET_USD_MAX),
+        name=f"{table}_budget_usd_bounds",
+    )
 
 
 class SpendLimits(models.Model):
@@ -22,13 +44,22 @@ class SpendLimits(models.Model):
         TOTAL = "total", "Total (never resets)"
 
     budget_usd = models.DecimalField(
-        "budget (USD)", max_digits=14, decimal_places=6, null=True, blank=True
+        "budget (USD)",
+        max_digits=14,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(BUDGET_USD_MIN), MaxValueValidator(BUDGET_USD_MAX)],
     )
     budget_period = models.CharField(
         max_length=8, choices=BudgetPeriod.choices, default=BudgetPeriod.MONTH
     )
-    requests_per_minute = models.PositiveIntegerField(null=True, blank=True)
-    tokens_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    requests_per_minute = models.PositiveIntegerField(
+        null=True, blank=True, validators=_per_minute_bounds
+    )
+    tokens_per_minute = models.PositiveIntegerField(
+        null=True, blank=True, validators=_per_minute_bounds
+    )
 
     class Meta:
         abstract = True
@@ -47,7 +78,9 @@ class Organization(SpendLimits):
     created_at = models.DateTimeField(auto_now_add=True)
     # Retention is per organization: each decides how long its runs are kept and with what.
     retention = models.CharField(max_length=16, choices=Retention.choices, default=Retention.FULL)
-    retention_days = models.PositiveIntegerField(default=30)
+    retention_days = models.PositiveIntegerField(
+        default=30, validators=[MinValueValidator(1), MaxValueValidator(RETENTION_DAYS_MAX)]
+    )
     # What the prompt optimizer does for requests without `X-Mortar-Optimize`.
     optimize_default = models.CharField(
         max_length=8, choices=OptimizeDefault.choices, default=OptimizeDefault.ON
@@ -63,6 +96,7 @@ class Organization(SpendLimits):
 
     class Meta:
         db_table = "gateway_organization"
+        constraints = [budget_bounds("gateway_organization")]
 
     def __str__(self) -> str:
         return self.name
@@ -91,6 +125,7 @@ class ApiKey(SpendLimits):
 
     class Meta:
         db_table = "gateway_apikey"
+        constraints = [budget_bounds("gateway_apikey")]
         verbose_name = "API key"
 
     def __str__(self) -> str:

@@ -16,7 +16,6 @@ from django.utils import timezone
 
 from accounts.auth import key_digest
 from accounts.models import ApiKey, KeyChange, Membership, Organization, SpendLimits
-from core.lookups import announce_change
 
 KEY_PREFIX = "mk-"
 VISIBLE_PREFIX_CHARS = 11
@@ -145,10 +144,8 @@ def key_create(
 
 
 # Changes made by someone (the dashboard's Keys page): each is written with its audit entry in
-# one transaction, and every worker is told to drop its cached keys once it has committed.
-# (`post_save` already announces the change, but inside the transaction: a worker reading the
-# key between that announcement and the commit could cache the row as it was, for up to
-# `core.lookups.MAX_AGE_SECONDS`. The second announcement, after the commit, closes that gap.)
+# one transaction; every worker is told to drop its cached keys once it has committed (the
+# models' `post_save`, `core/lookups.py`).
 
 
 # Who made a change: a staff user, or the command that did (`manage.py createkey`).
@@ -164,7 +161,6 @@ def _audited(key: ApiKey, action: str, actor: Actor, detail: str) -> None:
         detail=detail,
         at=timezone.now(),
     )
-    transaction.on_commit(lambda: announce_change(ApiKey))
 
 
 @transaction.atomic

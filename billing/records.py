@@ -1,4 +1,5 @@
-"""What crosses into and out of the budget ledger: a hold asked for, a hold taken, a standing."""
+"""What crosses into and out of the budget ledger: a hold asked for, a hold taken, a run's
+settlement, a standing."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from decimal import Decimal
 
 from billing.budgets import Budget
 from billing.costs import PER_MILLION, Prices
+from telemetry.records import BudgetDraw
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,16 @@ class HoldRequest:
     @property
     def per_token(self) -> Decimal:
         return self.prices.output / PER_MILLION
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """One run's hold to settle: what it is charged, and the draw it took from its worker's
+    slice, which its row's insert may not have taken yet."""
+
+    run_id: str
+    cost: Decimal
+    draw: BudgetDraw | None = None
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from gateway.coordination.shutdown import stop_generations_after  # noqa: E402
 from gateway.coordination.stop import live_generations  # noqa: E402
 from gateway.tokens import default_counter  # noqa: E402
 from gateway.upstream.client import close_clients  # noqa: E402
+from gateway.upstream.counting import usage_counts_finished  # noqa: E402
 from telemetry.feed import telemetry_feed  # noqa: E402
 from telemetry.leases import start_worker_heartbeat, stop_worker_heartbeat  # noqa: E402
 from telemetry.metrics import metrics  # noqa: E402
@@ -125,6 +126,7 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             await telemetry_feed().close()
+            await usage_counts_finished()  # their runs close, and are flushed below
             await close_run_writer()  # flush what is queued before the process ends
             await release_budget_slices()
             await stop_worker_heartbeat()  # after the flush: its runs are closed by now

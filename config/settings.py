@@ -16,6 +16,8 @@ import dj_database_url
 import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 
+from core.http.forwarding import trusted_proxies
+
 # Django's generic classes subscriptable at run time, as the type checker sees them.
 django_stubs_ext.monkeypatch()
 
@@ -300,11 +302,18 @@ AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
+try:
+    # Only these proxies' X-Forwarded-For is honoured (config/serve.py gives uvicorn the same).
+    TRUSTED_PROXIES = trusted_proxies(os.environ.get("MORTAR_TRUSTED_PROXIES", ""))
+except ValueError as error:
+    raise ImproperlyConfigured(f"MORTAR_TRUSTED_PROXIES: {error}") from None
 AXES_FAILURE_LIMIT = env_int("MORTAR_SIGNIN_FAILURE_LIMIT", 5)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("MORTAR_SIGNIN_LOCKOUT_MINUTES", 15))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "dashboard.lockout.locked_out"
+# Failures are counted per address: the connection's, or the client's a trusted proxy names.
+AXES_CLIENT_IP_CALLABLE = "dashboard.lockout.client_ip"
 AXES_HTTP_RESPONSE_CODE = 429
 LOGIN_URL = "dashboard:login"
 LOGIN_REDIRECT_URL = "dashboard:overview"

@@ -1,12 +1,15 @@
+import sys
+
 from django.contrib import admin
 from django.contrib.staticfiles.views import serve as serve_static
 from django.http import HttpRequest, HttpResponse
 from django.urls import include, path, re_path
 from django.views.generic import RedirectView
 
-from core.errors import MortarError, RouteNotFound
+from core.errors import BackendUnavailable, MortarError, RouteNotFound
 from core.http.responses import error_response
 from dashboard.views.assets import favicon
+from dashboard.views.unavailable import outage_page, unavailable_backend
 from gateway.health import healthz, readyz
 from telemetry.scrape import metrics_scrape
 
@@ -33,7 +36,15 @@ def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpR
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
-    return error_response(MortarError("Mortar failed to handle the request."))
+    # Called while Django handles the exception: an outage is a 503 that says so, not a 500.
+    backend = unavailable_backend(sys.exception())
+    if backend is None:
+        return error_response(MortarError("Mortar failed to handle the request."))
+    if request.path.startswith(("/dashboard/", "/admin/")):
+        return outage_page(backend)
+    return error_response(
+        BackendUnavailable(f"Mortar cannot reach {backend} right now; try again shortly.")
+    )
 
 
 handler404 = not_found

@@ -14,16 +14,22 @@ embedded default's, in memory) nothing is cached: `manage.py revokekey` could no
 
 from __future__ import annotations
 
+import functools
+import logging
 import time
 from collections.abc import Callable
 from typing import TypeVar, cast
 
+from django.db import transaction
 from django.db.models import Model
 from django.db.models.signals import post_delete, post_save
 
 from core.backplane import backplane, publish_from_sync
 from core.db import database_read
+from core.errors import BackendUnavailable
 from core.loops import PerLoop
+
+logger = logging.getLogger(__name__)
 
 MAX_AGE_SECONDS = 60.0
 CHANNEL = "lookups"
@@ -69,8 +75,30 @@ lookup_cache = PerLoop(LookupCache)
 
 
 def announce_change(sender: type, **kwargs: object) -> None:
-    """Signal receiver: tell every worker to drop its cached keys and models."""
-    publish_from_sync(CHANNEL, sender.__name__)
+    """Signal receiver: once the change is committed, tell every worker to drop its cached keys
+    and models."""
+    # After the commit, never inside the transaction: an announcement that failed there would
+    # roll the change back (a revocation refused because Redis is down), and one heard before
+    # the commit would let a worker cache the row as it was. Outside a transaction it goes now.
+    transaction.on_commit(
+        functools.partial(_announce, sender.__name__), using=cast(str | None, kwargs.get("using"))
+    )
+
+
+def _announce(name: str) -> None:
+    try:
+        publish_from_sync(CHANNEL, name)
+    except BackendUnavailable as error:
+        # The change stands. A worker that cannot hear announcements reads keys and models
+        # from the database, and drops its cache when it subscribes again; one that can hear
+        # but missed this one keeps its entry for at most MAX_AGE_SECONDS.
+        logger.warning(
+            "lookups: a change of %s is committed but could not be announced to the other "
+            "workers (%s); each applies it when it hears Redis again or within %.0f s",
+            name,
+            error.__cause__ or error,
+            MAX_AGE_SECONDS,
+        )
 
 
 def forget_lookups_when_saved(*models: type[Model]) -> None:

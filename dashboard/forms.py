@@ -43,6 +43,9 @@ LATENCY_RANGES: dict[str, tuple[str, timedelta | None, timedelta | None]] = {
     "30s-up": ("30 s and up", timedelta(seconds=30), None),
 }
 SEARCH_MAX_LENGTH = 200
+# The days the audit can be asked about: its range ends the day after `until`, which must exist.
+FIRST_DAY = date(1970, 1, 1)
+LAST_DAY = date.max - timedelta(days=1)
 
 
 def _blank(choices: list[tuple[str, str]], label: str = "any") -> list[tuple[str, str]]:
@@ -115,7 +118,9 @@ def _with_current(data: QueryDict, name: str, names: list[str]) -> list[tuple[st
     removed from the catalog, an end user past the list's length, a link from a run's row):
     a filter by any value is valid, the select shows what is in force."""
     current = (data.get(name) or "").strip()
-    if current and current not in names:
+    # Only text a name could be: a NUL or another control character is no choice (the form
+    # says so), and never reaches a query (Postgres refuses NUL in text outright).
+    if current and current not in names and current.isprintable():
         names = [*names, current]
     return _blank([(n, n) for n in names])
 
@@ -248,12 +253,28 @@ class AuditForm(OrganizationChoiceMixin):
         super().__init__(data)
         self.set_organization_choices(organizations)
 
+    def _day(self, name: str) -> date | None:
+        day: date | None = self.cleaned_data.get(name)
+        if day is not None and not FIRST_DAY <= day <= LAST_DAY:
+            raise forms.ValidationError(f"Pick a day from {FIRST_DAY} to {LAST_DAY}.")
+        return day
+
+    def clean_since(self) -> date | None:
+        return self._day("since")
+
+    def clean_until(self) -> date | None:
+        return self._day("until")
+
     def page_number(self) -> int:
-        page = (self.cleaned_data.get("page") or "") if self.is_valid() else ""
+        self.is_valid()
+        page = self.cleaned_data.get("page") or ""
         return int(page) if page.isascii() and page.isdigit() else 1
 
     def query(self, *, today: date) -> AuditQuery:
-        data = self.cleaned_data if self.is_valid() else {}
+        """The query asked for, with the valid filters when some are not (each named in the
+        form's errors, which the page shows)."""
+        self.is_valid()
+        data = self.cleaned_data
         since = data.get("since") or today - timedelta(days=6)
         until = data.get("until") or today
         return AuditQuery(

@@ -4,14 +4,20 @@ expiry), and a new name for a key."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from decimal import Decimal
 from typing import Any
 
 from django import forms
 from django.http import QueryDict
 from django.utils import timezone
 
-from accounts.models import ApiKey, Organization, SpendLimits
+from accounts.models import (
+    BUDGET_USD_MAX,
+    BUDGET_USD_MIN,
+    PER_MINUTE_MAX,
+    ApiKey,
+    Organization,
+    SpendLimits,
+)
 from accounts.services import KeyLimits, KeyPolicy
 
 NAME_MAX = ApiKey._meta.get_field("name").max_length
@@ -22,11 +28,12 @@ class KeyCreateForm(forms.Form):
         queryset=Organization.objects.order_by("name"), empty_label="choose…"
     )
     name = forms.CharField(max_length=NAME_MAX, required=False, strip=True)
-    # The same bounds as the model's column: 14 digits, to the micro-dollar.
+    # The same bounds as the model's: its column's 14 digits, to the micro-dollar.
     budget_usd = forms.DecimalField(
         label="Budget (USD)",
         required=False,
-        min_value=Decimal("0.000001"),
+        min_value=BUDGET_USD_MIN,
+        max_value=BUDGET_USD_MAX,
         max_digits=14,
         decimal_places=6,
     )
@@ -36,10 +43,10 @@ class KeyCreateForm(forms.Form):
         widget=forms.Select(attrs={"class": "choices"}),
     )
     requests_per_minute = forms.IntegerField(
-        label="Requests/min", required=False, min_value=1, max_value=2_147_483_647
+        label="Requests/min", required=False, min_value=1, max_value=PER_MINUTE_MAX
     )
     tokens_per_minute = forms.IntegerField(
-        label="Tokens/min", required=False, min_value=1, max_value=2_147_483_647
+        label="Tokens/min", required=False, min_value=1, max_value=PER_MINUTE_MAX
     )
     models = forms.MultipleChoiceField(
         label="Models",

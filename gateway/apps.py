@@ -1,5 +1,7 @@
 from django.apps import AppConfig
 
+from telemetry.metrics import KnownLabels, known_labels_from
+
 
 class GatewayConfig(AppConfig):
     name = "gateway"
@@ -10,3 +12,17 @@ class GatewayConfig(AppConfig):
         from gateway.models import CatalogModel, Deployment
 
         forget_lookups_when_saved(CatalogModel, Deployment)
+        known_labels_from(catalog_labels)
+
+
+def catalog_labels() -> KnownLabels:
+    """The catalog's models, and its deployments that forward to model servers: the label
+    sets of the metrics, exposed at 0 before their first event."""
+    from gateway.models import CatalogModel, Deployment
+
+    return KnownLabels(
+        models=list(CatalogModel.objects.values_list("id", flat=True)),
+        deployments=list(
+            Deployment.objects.filter(kind=Deployment.Kind.UPSTREAM).values_list("name", flat=True)
+        ),
+    )

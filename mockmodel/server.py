@@ -22,6 +22,13 @@ the text parts of content parts, as beside an image), e.g.
                 as Qwen3's chat template does on vLLM)
     cached      `prompt_tokens_details.cached_tokens` to report;   usage=0 reports none
 
+It counts tokens as the model servers Mortar can ask do, with a tokenizer of its own (a word or
+a punctuation mark is a token) and a chat template that adds a system prompt when the
+conversation has none: vLLM's `POST /tokenize` (`messages`, or a `prompt`), llama.cpp's
+`POST /apply-template` and `POST /tokenize` (`content`; `add_special` adds a BOS token), and
+llama-cpp-python's `POST /extras/tokenize/count` (`input`, always with a BOS token). The config's
+`count_delay_ms` slows every count down; `GET /_mock/counts` lists the counting requests.
+
 `GET /_mock/requests` lists what arrived (headers, body, the client's address), `DELETE` clears
 it, and `GET /_mock/stats` counts requests, completions and cancellations (a client that went away).
 """
@@ -51,7 +58,10 @@ DEFAULTS: dict[str, Any] = {
     "usage": 1,
     "status": 500,
     "retry_after": 0,
+    "count_delay_ms": 0,
 }
+TOKEN = re.compile(r"\w+|[^\w\s]")
+MOCK_SYSTEM_PROMPT = "You are a mock model, made for tests."
 RUNON_SAFETY_LIMIT = 100_000
 
 
@@ -60,14 +70,19 @@ class MockModel:
         self.defaults = dict(defaults)
         self.requests: deque[dict[str, Any]] = deque(maxlen=2000)
         self.stats = {"requests": 0, "completed": 0, "cancelled": 0, "in_flight": 0}
+        self.counts: deque[dict[str, Any]] = deque(maxlen=2000)
 
     # -- control ---------------------------------------------------------------------------
 
     async def get_requests(self, request: web.Request) -> web.Response:
         return web.json_response(list(self.requests))
 
+    async def get_counts(self, request: web.Request) -> web.Response:
+        return web.json_response(list(self.counts))
+
     async def clear_requests(self, request: web.Request) -> web.Response:
         self.requests.clear()
+        self.counts.clear()
         for key in self.stats:
             self.stats[key] = 0
         return web.json_response({"ok": True})
@@ -83,6 +98,40 @@ class MockModel:
         return web.json_response(
             {"object": "list", "data": [{"id": "mock-model", "object": "model"}]}
         )
+
+    # -- counting tokens -------------------------------------------------------------------
+
+    async def _count_body(self, request: web.Request) -> dict[str, Any]:
+        body: dict[str, Any] = await request.json()
+        self.counts.append({"path": request.path, "body": body})
+        if self.defaults["count_delay_ms"]:
+            await asyncio.sleep(int(self.defaults["count_delay_ms"]) / 1000)
+        return body
+
+    async def vllm_or_llama_cpp_tokenize(self, request: web.Request) -> web.Response:
+        """vLLM's `/tokenize` (`messages` or `prompt`) and llama.cpp's (`content`)."""
+        body = await self._count_body(request)
+        if "content" in body:  # llama.cpp
+            tokens = mock_tokens(body["content"])
+            if body.get("add_special"):
+                tokens = ["<bos>", *tokens]
+            return web.json_response({"tokens": list(range(len(tokens)))})
+        if "messages" in body:
+            text = mock_chat_template(body["messages"], body.get("add_generation_prompt", True))
+        else:
+            text = body.get("prompt", "")
+        count = len(mock_tokens(text))
+        return web.json_response(
+            {"count": count, "max_model_len": 32768, "tokens": list(range(count))}
+        )
+
+    async def llama_cpp_apply_template(self, request: web.Request) -> web.Response:
+        body = await self._count_body(request)
+        return web.json_response({"prompt": mock_chat_template(body["messages"], True)})
+
+    async def llama_cpp_python_count(self, request: web.Request) -> web.Response:
+        body = await self._count_body(request)
+        return web.json_response({"count": 1 + len(mock_tokens(body["input"]))})  # BOS added
 
     # -- the chat API ----------------------------------------------------------------------
 
@@ -361,11 +410,36 @@ class Completion:
         return result
 
 
+def mock_tokens(text: str) -> list[str]:
+    """The mock's tokenizer: a word or a punctuation mark is a token."""
+    return TOKEN.findall(text)
+
+
+def mock_chat_template(messages: list[dict[str, Any]], add_generation_prompt: bool) -> str:
+    """ChatML, with a system prompt of the mock's own when the conversation has none (as
+    SmolLM2's template does)."""
+    parts = []
+    if not messages or messages[0].get("role") != "system":
+        parts.append(f"<|im_start|>system\n{MOCK_SYSTEM_PROMPT}<|im_end|>\n")
+    for message in messages:
+        content = message.get("content")
+        if not isinstance(content, str):
+            content = json.dumps(content)
+        parts.append(f"<|im_start|>{message.get('role')}\n{content}<|im_end|>\n")
+    if add_generation_prompt:
+        parts.append("<|im_start|>assistant\n")
+    return "".join(parts)
+
+
 def build_app(defaults: dict[str, Any] | None = None) -> web.Application:
     model = MockModel({**DEFAULTS, **(defaults or {})})
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_post("/v1/chat/completions", model.chat)
     app.router.add_get("/v1/models", model.models)
+    app.router.add_post("/tokenize", model.vllm_or_llama_cpp_tokenize)
+    app.router.add_post("/apply-template", model.llama_cpp_apply_template)
+    app.router.add_post("/extras/tokenize/count", model.llama_cpp_python_count)
+    app.router.add_get("/_mock/counts", model.get_counts)
     app.router.add_get("/_mock/requests", model.get_requests)
     app.router.add_delete("/_mock/requests", model.clear_requests)
     app.router.add_get("/_mock/stats", model.get_stats)

@@ -6,6 +6,12 @@ the inflight gauge moves when a run opens, the upstream errors count where a mod
 fails, and the writer's gauges are set by the writer's loop once per batch. Nothing is
 recorded per chunk.
 
+A labelled metric's series would appear only with its first event, and an alert could not tell
+"none yet" from "missing": the label sets Mortar knows of — each catalog model's cost and
+tokens, each forwarding deployment's upstream errors by every code they can have — are exposed
+at 0 from the first scrape (`expose_known_labels`, with what the gateway registers through
+`known_labels_from`).
+
 The metrics live in prometheus-client's multiprocess mode (see `telemetry.metrics_dir`), so the
 worker processes of one server answer `/metrics` with one consistent set. They are created on
 first use, after the directory is chosen: prometheus_client picks its storage when its first
@@ -16,10 +22,20 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Generic, TypeVar
 
+from django.db import DatabaseError
+
+from core.errors import (
+    UpstreamError,
+    UpstreamOverloaded,
+    UpstreamRateLimited,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
 from telemetry.metrics_dir import use_metrics_dir
 from telemetry.store.records import RunFields
 
@@ -34,6 +50,21 @@ TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30)
 
 
 M = TypeVar("M", "Counter", "Histogram")
+
+TOKEN_KINDS = ("prompt", "completion", "cached")
+# Every code a model server's failure is counted under (a refusal's is `upstream_error`).
+UPSTREAM_ERROR_CODES = tuple(
+    dict.fromkeys(
+        error.code
+        for error in (
+            UpstreamError,
+            UpstreamUnavailable,
+            UpstreamTimeout,
+            UpstreamOverloaded,
+            UpstreamRateLimited,
+        )
+    )
+)
 
 
 class Labelled(Generic[M]):
@@ -163,6 +194,42 @@ def run_closed(
         m.tokens(model, "cached").inc(cached)
     if cost:
         m.cost(model).inc(float(cost) if isinstance(cost, Decimal) else cost)
+
+
+@dataclass(frozen=True)
+class KnownLabels:
+    """What the metrics can be labelled with before anything happened."""
+
+    models: Sequence[str]
+    deployments: Sequence[str]  # those that forward to model servers
+
+
+_label_sources: list[Callable[[], KnownLabels]] = []
+
+
+def known_labels_from(source: Callable[[], KnownLabels]) -> None:
+    """Have `expose_known_labels` ask `source` (an app above this one: the gateway's catalog)."""
+    if source not in _label_sources:
+        _label_sources.append(source)
+
+
+def expose_known_labels() -> None:
+    """Make the known label sets' series, at 0 until something is counted (a series is only
+    made once a process: the next calls are dict lookups)."""
+    m = metrics()
+    for source in _label_sources:
+        try:
+            known = source()
+        except DatabaseError:  # the scrape still answers, with what was made before
+            logger.warning("metrics: the known label sets were not read", exc_info=True)
+            continue
+        for model in known.models:
+            m.cost(model)
+            for kind in TOKEN_KINDS:
+                m.tokens(model, kind)
+        for deployment in known.deployments:
+            for code in UPSTREAM_ERROR_CODES:
+                m.upstream_errors(deployment, code)
 
 
 def upstream_failed(deployment: str, code: str) -> None:

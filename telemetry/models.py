@@ -21,6 +21,8 @@ class Run(models.Model):
     class UsageSource(models.TextChoices):
         ESTIMATE = "estimate"
         UPSTREAM = "upstream"
+        # Counted by the model server when asked, after a reply that reported no usage.
+        UPSTREAM_COUNT = "upstream_count"
 
     # The run id is the reply's id, so a client finds its run from its reply: chatcmpl- + 24 hex
     # for a chat completion, msg_ + 24 hex for a Message (`core.ids`).

@@ -32,7 +32,11 @@ class Event(BaseModel):
 class UsageSourced(Event):
     usage: dict[str, Any] | None = Field(description="The usage the run was billed on.")
     usageSource: str = Field(
-        description="Whose count the usage is: the model server's or Mortar's."
+        description=(
+            "Whose count the usage is: the model server's as it reported it (`upstream`) or as"
+            " it counted it when asked after the reply (`upstream_count`), or Mortar's"
+            " estimate (`estimate`)."
+        )
     )
     latencyMs: float = Field(description="From acceptance to the end, in milliseconds.")
 

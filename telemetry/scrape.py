@@ -12,7 +12,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
-from telemetry.metrics import metrics
+from telemetry.metrics import expose_known_labels
 
 # A request carrying these came through a proxy: the client is not the loopback peer.
 FORWARDING_HEADERS = ("Forwarded", "X-Forwarded-For", "X-Real-IP")
@@ -54,7 +54,9 @@ def metrics_scrape(request: HttpRequest) -> HttpResponse:
             content_type="text/plain; charset=utf-8",
             headers={"WWW-Authenticate": 'Bearer realm="metrics"'},
         )
-    metrics()  # the metrics directory is chosen, and this process's metrics exist
+    # The metrics directory is chosen, this process's metrics exist, and the series Mortar
+    # knows of are there at 0 (models and deployments added since the last scrape included).
+    expose_known_labels()
     from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
     from prometheus_client.multiprocess import MultiProcessCollector
 

@@ -361,6 +361,47 @@ def test_reads_while_the_database_refuses_connections_are_503s_in_the_route_s_en
     assert replay(server, tenant.secret, stored_run[0]).status_code == 200
 
 
+DASHBOARD_PAGES = [
+    "/dashboard/",
+    "/dashboard/live/",
+    "/dashboard/live/generations.json",
+    "/dashboard/runs/",
+    "/dashboard/runs/chatcmpl-000000000000000000000000/",
+    "/dashboard/playground/",
+    "/dashboard/sessions/",
+    "/dashboard/spend/",
+    "/dashboard/audit/",
+    "/dashboard/audit/?format=csv",
+    "/dashboard/budgets/",
+    "/dashboard/keys/",
+    "/admin/",
+]
+
+
+def test_dashboard_pages_while_the_database_refuses_connections_are_503_pages_saying_so(
+    recovering: RecoveringServer,
+) -> None:
+    server = recovering.server
+    client = signed_in(server)
+    try:
+        with database_refusing_connections():
+            answers = {page: client.get(page) for page in DASHBOARD_PAGES}
+            signing_in = httpx.get(f"{server.base_url}/dashboard/login/", timeout=30)
+        for page, answer in answers.items():
+            assert answer.status_code == 503, (page, answer.status_code, answer.text[:300])
+            assert answer.headers["content-type"].startswith("text/html"), page
+            assert "Mortar cannot reach the database right now" in answer.text, page
+            assert answer.headers["Retry-After"] == "5", page
+        # The sign-in page needs no database to show its form.
+        assert signing_in.status_code == 200
+        # Once the database is back, the same pages are answered.
+        for page in DASHBOARD_PAGES:
+            expected = 404 if "chatcmpl-" in page else 200  # a run that was never stored
+            assert client.get(page).status_code == expected, page
+    finally:
+        client.close()
+
+
 def test_the_server_logged_no_unhandled_error(recovering: RecoveringServer) -> None:
     # Runs last in this module (pytest keeps the file's order): after every termination and
     # every refused connection above.

@@ -38,6 +38,13 @@ BENCHMARKS = (
         "spend-control.md",
     ),
     Benchmark(
+        "micro/settle.py",
+        "What does settling a request's budget hold when its response ends cost Mortar's "
+        "process (budget 0.05 ms under load)? `make bench` runs it after the harness.",
+        "python -m bench.micro.settle",
+        "settle.md",
+    ),
+    Benchmark(
         "micro/telemetry_events.py",
         "What do a request's telemetry events (XADDs to Redis) and the live registry cost "
         "Mortar's process?",

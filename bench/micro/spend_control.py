@@ -7,9 +7,9 @@ and requests and tokens per minute (too large to refuse anything) on a priced mo
 budgets, in memory; the ledger's thread, batched, only for the first hold and each slice), the
 `x-ratelimit-*` headers, the generation (one loop pass), the charge and the usage counted
 against the token limits. CONCURRENCY requests interleave on one event loop (uvloop, as `make
-serve` runs). The draw from the slice and the settlement are not here: the run's own insert and
-update take them, in Postgres (triggers on the run table), so they cost this process
-two more columns in the run's row; `make bench` counts Postgres's CPU beside Mortar's.
+serve` runs). The draw from the slice is not here: the run's own insert takes it, in Postgres
+(a trigger on the run table). The settlement the charge starts is, awaited as the response's
+end awaits it (`bench/micro/settle.py` measures it alone).
 
 Prints the process's CPU per request (process time: every thread) less the same loop doing
 nothing but its awaits, per concurrency; the median of the rounds. `make bench` measures the
@@ -95,6 +95,7 @@ async def one_request(key: ApiKey) -> None:
     await asyncio.sleep(0)  # the generation
     held.charge(usage_cost(USAGE, PRICES))
     count_usage(plan.rate_limits, PROMPT, USAGE)
+    await held.settled()
 
 
 async def null_request() -> None:

@@ -17,13 +17,16 @@ engine (`ledger()`: the one place billing asks which database it runs on):
   or that arrived while the previous batch was committing) and a batch's settlement are each
   one call of a SQL function (`sql/`), one round trip and one commit where the same steps from
   Python took seven or eight a request — and one row lock held across one commit for the whole
-  batch, not one per request. Triggers on the run table take a run's draw from its worker's
-  slice with the run's first insert and settle its charge with the statement that stores it,
-  in the run writer's transaction.
+  batch, not one per request. A trigger on the run table takes a run's draw from its
+  worker's slice with the run's first insert, in the run writer's transaction; a settlement
+  that comes first takes the draw itself (`sql/0003_settle_in_path.sql`).
 - SQLite (`sqlite.py`, beside the SQL it stands in for; the embedded mode, one process): the
   same ledger in Python, with no row locks — a process-wide lock serializes its transactions
-  — and no slices. The run writer settles the charges it stores through a hook billing
-  connects (`billing.receivers`).
+  — and no slices.
+
+Either way a run's hold is settled by its own worker when its response ends, before the
+client has the response's last byte (`billing.services.holds.SettleBatches`): the run writer
+only records what was charged.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from typing import Protocol
 from django.db import connection
 
 from billing.costs import to_micro
-from billing.records import Held, HoldRequest
+from billing.records import Held, HoldRequest, Settlement
 from core.errors import InsufficientQuota
 
 
@@ -60,9 +63,9 @@ class Ledger(Protocol):
         """Take each request's hold, in the requests' order (`budget_holds`)."""
         ...
 
-    def settle(self, costs: Sequence[tuple[str, Decimal]]) -> dict[str, Decimal]:
-        """Charge runs and release their holds, in the caller's transaction
-        (`budget_holds_settle`)."""
+    def settle(self, settlements: Sequence[Settlement]) -> dict[str, Decimal]:
+        """Charge runs and release their holds, all at once: in one transaction of its own,
+        or in the caller's (`budget_holds_settle`)."""
         ...
 
     def release_slice(self, slice_id: str, amount: Decimal) -> None:

@@ -22,7 +22,7 @@ from billing.budgets import Budget, period_start
 from billing.costs import to_micro
 from billing.ledger import refusal
 from billing.models import BudgetSpend
-from billing.records import Held, HoldRequest
+from billing.records import Held, HoldRequest, Settlement
 from core.errors import InsufficientQuota
 
 
@@ -101,10 +101,19 @@ class PostgresLedger:
                 )
         return answers
 
-    def settle(self, costs: Sequence[tuple[str, Decimal]]) -> dict[str, Decimal]:
-        costs_json = Jsonb(
-            [{"run_id": run_id, "cost": str(cost)} for run_id, cost in costs], dumps=orjson.dumps
-        )
+    def settle(self, settlements: Sequence[Settlement]) -> dict[str, Decimal]:
+        items: list[dict[str, str]] = []
+        for settlement in settlements:
+            item = {"run_id": settlement.run_id, "cost": str(settlement.cost)}
+            draw = settlement.draw
+            if draw is not None:
+                item["slice_id"] = draw.slice_id
+                item["amount"] = str(draw.amount_usd)
+                item["prompt_usd"] = str(draw.prompt_usd)
+            items.append(item)
+        costs_json = Jsonb(items, dumps=orjson.dumps)
+        # One statement: outside a transaction (a worker settling when responses end), its
+        # own, one round trip where BEGIN and COMMIT would make three.
         with _server_bound_cursor() as cursor:
             return dict(cursor.execute(_SETTLE, [costs_json], prepare=True).fetchall())
 

@@ -22,7 +22,7 @@ from billing.costs import to_micro
 from billing.ledger import refusal
 from billing.ledger.rows import hold_settle
 from billing.models import BudgetHold, BudgetSpend
-from billing.records import Held, HoldRequest
+from billing.records import Held, HoldRequest, Settlement
 from core.errors import InsufficientQuota
 
 _lock = threading.Lock()
@@ -96,15 +96,15 @@ class SqliteLedger:
             remaining_usd=remaining,
         )
 
-    def settle(self, costs: Sequence[tuple[str, Decimal]]) -> dict[str, Decimal]:
-        # Called in the run writer's transaction, which is IMMEDIATE: it already excludes
-        # every other writer (taking the process lock here, inside it, could wait on a hold
-        # that waits on it).
+    def settle(self, settlements: Sequence[Settlement]) -> dict[str, Decimal]:
+        # No draws: SQLite's ledger reserves no slices.
         charged = {}
-        for run_id, cost in sorted(costs):
-            hold = BudgetHold.objects.select_for_update().filter(run_id=run_id).first()
-            if hold is not None:
-                charged[run_id] = hold_settle(hold, cost)
+        with self.transaction():
+            for settlement in sorted(settlements, key=lambda s: s.run_id):
+                run_id = settlement.run_id
+                hold = BudgetHold.objects.select_for_update().filter(run_id=run_id).first()
+                if hold is not None:
+                    charged[run_id] = hold_settle(hold, settlement.cost)
         return charged
 
     def release_slice(self, slice_id: str, amount: Decimal) -> None:

@@ -1,11 +1,13 @@
-"""Budgets on the request path: hold before generation, charge when the run ends.
+"""Budgets on the request path: hold before generation, settle when the response ends.
 
 The ledger itself is `billing.ledger`; this module takes a request's hold on the budgets it
 must fit (`billing.budgets.budgets_for`) off the event loop — from the worker's slice of them
 in memory where it can (`billing.services.slices`), else from the ledger, batched. When the run
-closes, its charge is part of its outcome, and the run's store settles the hold in the commit
-that stores it. A settlement that never happens (the worker died) is not lost: the hold expires
-and `budget_holds_reconcile` charges it from the run's stored usage.
+closes, its charge is settled on the ledger the same way — batched, off the event loop — and
+the response's last byte waits for that commit, so the client's next request, and
+`GET /v1/budget`, find the hold settled; the run writer only records the charge. A settlement
+that never happens (the worker died, the ledger was away) is not lost: the hold expires and
+`budget_holds_reconcile` charges it from the run's stored usage.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from accounts.models import ApiKey
 from billing.budgets import budgets_for
 from billing.costs import Prices, charge_for
 from billing.ledger import ledger
-from billing.records import Held, HoldRequest
-from billing.services.ledger import budget_holds, budget_slice_release
+from billing.records import Held, HoldRequest, Settlement
+from billing.services.ledger import budget_holds, budget_holds_settle, budget_slice_release
 from billing.services.slices import BudgetSlices
 from core.db import database_call_on
 from core.errors import BackendUnavailable, InsufficientQuota
@@ -59,13 +61,22 @@ class HeldBudget:
     # Held from the worker's slice (`billing.services.slices`): the draw the run's row carries.
     draw: BudgetDraw | None = None
     charged_usd: Decimal | None = None
+    # The settlement on the ledger, once the charge is known (`settle`).
+    settling: asyncio.Future[None] | None = None
 
     def charge(self, cost: Decimal) -> Decimal:
-        """What the run is charged for `cost` (capped at the hold): its `charged_usd`, which
-        is settled on its budgets when the run writer stores the run's outcome."""
+        """What the run is charged for `cost` (capped at the hold): its `charged_usd`. The
+        first charge counts, and starts its settlement on the ledger (`settled` waits for it)."""
         if self.charged_usd is None:
             self.charged_usd = charge_for(cost, self.amount_usd)
+            self.settling = settle_soon(Settlement(self.run_id, self.charged_usd, self.draw))
         return self.charged_usd
+
+    async def settled(self) -> None:
+        """Wait until the charge is settled on the ledger: what the response's end waits for.
+        A settlement that failed is left to the reconciliation (the hold expires)."""
+        if self.settling is not None:
+            await self.settling
 
 
 class HoldBatches:
@@ -138,6 +149,67 @@ def _fail(
 
 
 hold_batches = PerLoop(HoldBatches)
+
+
+class SettleBatches:
+    """The event loop's settlements, taken together like its holds (`HoldBatches`): those of
+    one loop pass, and those that ended while the previous batch was committing, are one
+    call of the ledger's settle, one thread hop and one commit.
+
+    Each answer is a future the response's end awaits; it is resolved (never failed) once its
+    batch is committed or has failed: a settlement that failed is logged, and the hold
+    expires and is reconciled like a dead worker's.
+    """
+
+    def __init__(self) -> None:
+        self._waiting: list[tuple[Settlement, asyncio.Future[None]]] = []
+        self._taking = False
+        self._task: asyncio.Task[None] | None = None  # held: a task nothing holds may vanish
+
+    def settle(
+        self, settlement: Settlement, loop: asyncio.AbstractEventLoop
+    ) -> asyncio.Future[None]:
+        answer: asyncio.Future[None] = loop.create_future()
+        self._waiting.append((settlement, answer))
+        if not self._taking:
+            self._taking = True
+            self._task = loop.create_task(self._take_batches())
+        return answer
+
+    async def _take_batches(self) -> None:
+        try:
+            while self._waiting:
+                batch, self._waiting = self._waiting, []
+                settlements = [settlement for settlement, _ in batch]
+                try:
+                    await database_call_on(
+                        LEDGER_THREADS, functools.partial(budget_holds_settle, settlements)
+                    )
+                except DatabaseError as away:
+                    logger.warning(
+                        "budget: %d holds not settled (their expiry will): %s", len(batch), away
+                    )
+                except Exception:
+                    logger.exception("budget: %d holds not settled", len(batch))
+                for _, answer in batch:
+                    if not answer.done():  # its request may have been cancelled
+                        answer.set_result(None)
+        finally:
+            self._taking = False
+
+
+settle_batches = PerLoop(SettleBatches)
+
+
+def settle_soon(settlement: Settlement) -> asyncio.Future[None] | None:
+    """Start settling a run's charge on the ledger: in this event loop's next batch, or — on a
+    thread without a running loop (a management command, a test) — now."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        budget_holds_settle([settlement])
+        return None
+    return settle_batches().settle(settlement, loop)
 
 
 async def _ledger_hold(request: HoldRequest) -> Held | InsufficientQuota:

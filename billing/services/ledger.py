@@ -14,7 +14,7 @@ from billing.costs import Prices
 from billing.ledger import ledger
 from billing.ledger.rows import hold_settle
 from billing.models import BudgetHold
-from billing.records import Held, HoldRequest
+from billing.records import Held, HoldRequest, Settlement
 from core.errors import InsufficientQuota
 from telemetry.models import Run
 
@@ -55,13 +55,13 @@ def budget_slice_release(slice_id: str, amount: Decimal) -> None:
     ledger().release_slice(slice_id, amount)
 
 
-def budget_holds_settle(costs: Sequence[tuple[str, Decimal]]) -> dict[str, Decimal]:
-    """Charge runs their costs and release the rest of their holds, in the caller's
-    transaction; return what was charged, by run. A run with no hold left (never held, or
-    settled already: settling is safe to repeat) is not in the answer."""
-    if not costs:
+def budget_holds_settle(settlements: Sequence[Settlement]) -> dict[str, Decimal]:
+    """Charge runs their costs and release the rest of their holds, all at once (one
+    transaction, or the caller's); return what was charged, by run. A run with no hold left
+    (never held, or settled already: settling is safe to repeat) is not in the answer."""
+    if not settlements:
         return {}
-    return ledger().settle(costs)
+    return ledger().settle(settlements)
 
 
 # A run in these states was generating when its worker was killed: the model server had its
@@ -98,6 +98,11 @@ def budget_holds_reconcile(*, now: datetime) -> int:
             )
             if hold is None:
                 continue  # settled meanwhile by its own worker
+            if hold.organization_spend_id is None and hold.key_spend_id is None:
+                # A marker of a run settled before its row was stored (the row never came):
+                # nothing is held, and the run's own charge stands.
+                hold.delete()
+                continue
             charged = hold_settle(hold, _reconciled_cost(run_id, hold))
             Run.objects.filter(id=run_id).update(held_usd=hold.amount_usd, charged_usd=charged)
             settled += 1

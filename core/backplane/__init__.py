@@ -27,6 +27,7 @@ __all__ = [
     "Stream",
     "backplane",
     "entry_position",
+    "out_of_reach",
     "publish_from_sync",
 ]
 
@@ -66,3 +67,12 @@ def publish_from_sync(channel: str, message: str) -> None:
     """Publish from synchronous code (signals, management commands) to every worker it can
     reach: all of them on Redis, this process's event loops in memory."""
     _choice().publish_from_sync(channel, message)
+
+
+def out_of_reach(error: BaseException) -> bool:
+    """Whether the error is the backplane's Redis out of reach (refused, cut, not answering),
+    as redis-py or Mortar's own `BackendUnavailable` says it."""
+    from core.backplane.redis import UNREACHABLE
+    from core.errors import BackendUnavailable
+
+    return isinstance(error, (*UNREACHABLE, BackendUnavailable))

@@ -30,6 +30,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry as BlockingRetry
 
 from core.backplane.base import NO_ENTRY, Backplane, Entries, Stream
 from core.backplane.broadcast import BroadcastListener
@@ -330,10 +331,18 @@ class RedisBackplane(Backplane):
 
 def publish_from_sync(url: str, prefix: str, channel: str, message: str) -> None:
     """Publish from synchronous code (signals, management commands), on a connection of its
-    own."""
-    client = redis.Redis.from_url(url)
+    own; raise `BackendUnavailable` at once when Redis is out of reach."""
+    # One try, bounded: the caller has already committed its change and only logs a failure,
+    # so a Redis that does not answer must not hold a command or a page for redis-py's retries.
+    client = redis.Redis.from_url(
+        url,
+        retry=BlockingRetry(NoBackoff(), 0),
+        socket_connect_timeout=CONNECT_SECONDS,
+        socket_timeout=CONNECT_SECONDS,
+    )
     try:
-        client.publish(broadcast_prefix(prefix) + channel, message)
+        with unavailable_on_error():
+            client.publish(broadcast_prefix(prefix) + channel, message)
     finally:
         client.close()
 

@@ -7,6 +7,7 @@ from dataclasses import replace
 from django.http import (
     HttpRequest,
     HttpResponse,
+    HttpResponseBadRequest,
 )
 from django.shortcuts import render
 from django.utils import timezone
@@ -42,6 +43,11 @@ def audit(request: HttpRequest) -> HttpResponse:
     services.usage_rollups_refresh_without_beat()
     query = replace(form.query(today=timezone.now().date()), organizations=seen)
     if request.GET.get("format") == "csv":
+        if not form.is_valid():  # a download has no page to say it on
+            return HttpResponseBadRequest(
+                "Some filters were not understood:\n" + form.errors.as_text(),
+                content_type="text/plain; charset=utf-8",
+            )
         return csv_response(audit_csv_rows(query), f"mortar-audit-{query.since}-{query.until}.csv")
     # Sorting starts again at page 1; paging keeps the sort.
     params = data.copy()

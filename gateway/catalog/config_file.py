@@ -9,6 +9,8 @@
         optimizer: shadow                          # optional: shadow | on | off
         timeouts: {connect: 5, first_byte: 60, between_chunks: 60, total: 600}  # optional
         extra_fields: [top_k, min_p, guided_json]  # optional: forwarded as sent; default none
+        usage_count: vllm     # optional: estimate | vllm | llama.cpp | llama-cpp-python
+        chat_template: ""     # optional: the model's chat template, for llama-cpp-python
     models:
       - id: qwen-upstream                          # the name clients send
         deployment: vllm-a
@@ -34,6 +36,9 @@ Applying is idempotent: each entry is created or updated by its name; nothing is
 Keys are made with `manage.py createkey` (their secrets never go in a file); an entry of `keys`
 sets the policy of the one active key whose visible prefix starts with `prefix`.
 A deployment without `upstreams` is a scripted one (`scripted_delay_ms` sets its pace).
+A deployment's `usage_count` says who counts a reply's tokens when the model server's stream
+reports no usage: Mortar's estimate (the default), or the model server's own counting endpoint
+(`gateway/upstream/counting.py`), its runs' `usage_source` then `upstream_count`.
 A model's `surfaces` lists the APIs that may name it: `openai` (`POST /v1/chat/completions`),
 `anthropic` (`POST /v1/messages`), or both, the default. A request on a route the model is not
 served on is refused with 400, naming the route that serves it.
@@ -49,11 +54,26 @@ import yaml
 from django.db import transaction
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from accounts.models import Organization
+from accounts.models import (
+    BUDGET_USD_MAX,
+    BUDGET_USD_MIN,
+    PER_MINUTE_MAX,
+    RETENTION_DAYS_MAX,
+    Organization,
+)
 from accounts.services import KeyOperationError, KeyPolicy, key_by_prefix, key_policy_set
 from gateway.catalog.extra_fields import extra_fields_problems
 from gateway.catalog.upstream_urls import upstream_url_problem
-from gateway.models import CatalogModel, Deployment
+from gateway.models import (
+    CONTEXT_WINDOW_MAX,
+    PRICE_MAX,
+    SCRIPTED_DELAY_MS_MAX,
+    TIMEOUT_MAX_S,
+    TIMEOUT_MIN_S,
+    CatalogModel,
+    Deployment,
+)
+from gateway.upstream.counting import chat_template_problem
 
 
 class ConfigError(ValueError):
@@ -64,11 +84,19 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _timeout(default: float) -> Any:
+    return Field(default, ge=TIMEOUT_MIN_S, le=TIMEOUT_MAX_S)
+
+
+def _price() -> Any:
+    return Field(Decimal(0), ge=0, le=PRICE_MAX, max_digits=12, decimal_places=6)
+
+
 class Timeouts(_Strict):
-    connect: float = Field(5.0, gt=0)
-    first_byte: float = Field(60.0, gt=0)
-    between_chunks: float = Field(60.0, gt=0)
-    total: float = Field(600.0, gt=0)
+    connect: float = _timeout(5.0)
+    first_byte: float = _timeout(60.0)
+    between_chunks: float = _timeout(60.0)
+    total: float = _timeout(600.0)
 
 
 class DeploymentEntry(_Strict):
@@ -77,9 +105,11 @@ class DeploymentEntry(_Strict):
     upstream_model: str = ""
     api_key_env: str = ""
     stream: bool = True
-    scripted_delay_ms: int = Field(0, ge=0)
+    scripted_delay_ms: int = Field(0, ge=0, le=SCRIPTED_DELAY_MS_MAX)
     optimizer: Literal["shadow", "on", "off"] = "shadow"
     timeouts: Timeouts = Field(default_factory=lambda: Timeouts())
+    usage_count: Literal["estimate", "vllm", "llama.cpp", "llama-cpp-python"] = "estimate"
+    chat_template: str = Field("", max_length=100_000)
     extra_fields: list[str] = Field(default_factory=list)
 
     @field_validator("extra_fields")
@@ -101,11 +131,19 @@ class DeploymentEntry(_Strict):
             raise ValueError("an upstream is listed twice")
         return [url.rstrip("/") for url in upstreams]
 
+    @field_validator("chat_template")
+    @classmethod
+    def _template(cls, template: str) -> str:
+        problem = chat_template_problem(template)
+        if problem is not None:
+            raise ValueError(problem)
+        return template
+
 
 class Prices(_Strict):
-    input: Decimal = Field(Decimal(0), ge=0)
-    cached_input: Decimal = Field(Decimal(0), ge=0)
-    output: Decimal = Field(Decimal(0), ge=0)
+    input: Decimal = _price()
+    cached_input: Decimal = _price()
+    output: Decimal = _price()
 
 
 Surface = Literal["openai", "anthropic"]
@@ -115,7 +153,7 @@ SURFACES: tuple[Surface, ...] = ("openai", "anthropic")
 class ModelEntry(_Strict):
     id: str = Field(min_length=1, max_length=200)
     deployment: str
-    context_window: int = Field(4096, gt=0)
+    context_window: int = Field(4096, gt=0, le=CONTEXT_WINDOW_MAX)
     vision: bool = False
     surfaces: list[Surface] = Field(default_factory=lambda: list(SURFACES), min_length=1)
     deployed: bool = True
@@ -137,19 +175,19 @@ class ModelEntry(_Strict):
 
 
 class BudgetEntry(_Strict):
-    usd: Decimal = Field(gt=0, max_digits=14, decimal_places=6)
+    usd: Decimal = Field(ge=BUDGET_USD_MIN, le=BUDGET_USD_MAX, max_digits=14, decimal_places=6)
     period: Literal["day", "month", "total"] = "month"
 
 
 class RateLimitsEntry(_Strict):
-    requests_per_minute: int | None = Field(None, gt=0)
-    tokens_per_minute: int | None = Field(None, gt=0)
+    requests_per_minute: int | None = Field(None, gt=0, le=PER_MINUTE_MAX)
+    tokens_per_minute: int | None = Field(None, gt=0, le=PER_MINUTE_MAX)
 
 
 class OrganizationEntry(_Strict):
     name: str = Field(min_length=1, max_length=200)
     retention: Literal["full", "metadata"] = "full"
-    retention_days: int = Field(30, gt=0)
+    retention_days: int = Field(30, gt=0, le=RETENTION_DAYS_MAX)
     optimize_default: Literal["on", "off"] = "on"
     finish_chunk_delta: bool = False
     budget: BudgetEntry | None = None  # absent: no budget
@@ -205,10 +243,26 @@ def parse_config(text: str) -> ConfigFile:
         return ConfigFile.model_validate(data)
     except ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}"
-            for error in exc.errors()
+            f"{field_name(data, error['loc'])}: {error['msg']}" for error in exc.errors()
         )
         raise ConfigError(f"The configuration is not valid: {problems}") from None
+
+
+def field_name(data: Any, loc: tuple[int | str, ...]) -> str:
+    """The failing field as the file names it: `models[qwen].prices.input` — an entry by its
+    `id` or `name` where it has one, else by its position."""
+    parts: list[str] = []
+    node = data
+    for part in loc:
+        if isinstance(part, int):
+            entry = node[part] if isinstance(node, list) and part < len(node) else None
+            label = entry.get("id", entry.get("name")) if isinstance(entry, dict) else None
+            parts.append(f"[{label}]" if isinstance(label, str | int) else f"[{part}]")
+            node = entry
+        else:
+            parts.append(f".{part}" if parts else part)
+            node = node.get(part) if isinstance(node, dict) else None
+    return "".join(parts)
 
 
 @transaction.atomic
@@ -240,6 +294,8 @@ def config_apply(config: ConfigFile) -> list[str]:
                 "chunk_timeout_s": entry.timeouts.between_chunks,
                 "total_timeout_s": entry.timeouts.total,
                 "extra_fields": entry.extra_fields,
+                "usage_count": entry.usage_count,
+                "chat_template": entry.chat_template,
             },
         )
         changes.append(f"{'created' if created else 'updated'} deployment {entry.name}")

@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from core.errors import UpstreamError, UpstreamRejected, UpstreamTimeout
+from core.errors import UpstreamError, UpstreamRejected, UpstreamTimeout, UpstreamUnavailable
 from core.tracing import step
 from gateway.contract.chat import ChatRequest
 from gateway.generation.reply import REASONING_FIELDS, Delta, Deltas, Generation
@@ -98,10 +98,13 @@ async def forward(
                     chunks = stream.chunks()
                     first = await anext(chunks)
         except UpstreamRejected as exc:
+            generation.prompt_consumed = True
             upstream_failed(deployment.name, exc.code)
             raise  # the request's fault, not the replica's: another would refuse it too
         except (UpstreamError, TimeoutError, StopAsyncIteration) as exc:
             failure = _as_upstream_error(exc, config.name)
+            if not isinstance(failure, UpstreamUnavailable):
+                generation.prompt_consumed = True
             upstream_failed(deployment.name, failure.code)
         except BaseException:
             if stream is not None:

@@ -30,6 +30,10 @@ class Generation:
     calls: dict[int, dict[str, Any]] = field(default_factory=dict)
     upstream_usage: dict[str, Any] | None = None
     cut_by_mortar: bool = False  # Mortar stopped a model server that ran on past max_tokens
+    # A model server had the request and failed before its first byte (an error status, a
+    # timeout): it consumed the prompt, which the run is charged for. Not set when none could
+    # be reached.
+    prompt_consumed: bool = False
     # What stopped a `stop` reply, when the model server says (vLLM's `stop_reason`: the stop
     # string, or the token id): how the Messages surface tells `stop_sequence` from `end_turn`.
     matched_stop: str | int | None = None

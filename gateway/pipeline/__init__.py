@@ -90,11 +90,11 @@ async def complete(
                     organization.id, decided.dedupe, accepted.completion_id
                 )
     except MortarError as error:
-        return record.refuse(error)
+        return await record.refused(error)
     except Exception:
         # Mortar's own fault: answered and recorded as the 500 it is.
         logger.exception("The request of %s failed before generating", accepted.completion_id)
-        return record.refuse(MortarError("Mortar failed to handle the request."))
+        return await record.refused(MortarError("Mortar failed to handle the request."))
     except BaseException:
         record.cancel()  # the client went away (its hold, if one was taken, is released)
         raise

@@ -26,9 +26,9 @@ async def share(claim: Claim, record: RunRecord) -> HttpResponse:
         async with asyncio.timeout(plan.deployment.total_timeout_s + 30):
             answer = await claim.wait()
     except TimeoutError:
-        return record.refuse(UpstreamTimeout("The shared generation took too long."))
+        return await record.refused(UpstreamTimeout("The shared generation took too long."))
     except MortarError as error:
-        return record.refuse(error)
+        return await record.refused(error)
     plan.dedupe_role, plan.answered_by = "shared", claim.leader_id
     response = HttpResponse(
         answer.body, status=answer.status, content_type=answer.content_type, headers=plan.headers()
@@ -44,6 +44,7 @@ async def share(claim: Claim, record: RunRecord) -> HttpResponse:
         total_tokens=(usage or {}).get("total_tokens"),
         cost=Decimal(0),
     )
+    await record.settled()
     return response
 
 

@@ -6,9 +6,11 @@ or, for a request refused before it generated, written whole when it closes; wha
 learns afterwards is its routing, its chunks and its outcome.
 
 A run's budget hold belongs to its record: the run's close settles it — charged the outcome's
-cost, or nothing when there is none (refused, failed before generating, answered from another
-run, its client gone before a reply) — and only the first close counts. So every way a request
-ends settles its hold, and no error branch releases one by hand.
+cost, or nothing when there is none (refused before it reached a model server, answered from
+another run, its client gone before a reply) — and only the first close counts. So every way a
+request ends settles its hold, and no error branch releases one by hand. The settlement is on
+the ledger when the response ends (`settled`, which whatever sends the response's last bytes
+awaits), not when the run is stored.
 """
 
 from __future__ import annotations
@@ -116,17 +118,29 @@ class RunRecord:
             decided = Decided(run_fields(self.plan), image_records(self.plan))
         self.recorder.close(status=status, decided=decided, **outcome)
 
-    def refuse(self, error: MortarError) -> HttpResponse:
-        """Answer with the surface's error envelope, and close the run with it."""
+    async def settled(self) -> None:
+        """Wait for the run's charge to be settled on its budgets (nothing to wait for without
+        a hold): the response's last bytes go after it."""
+        budget = self.plan.budget
+        if budget is not None:
+            await budget.settled()
+
+    def refuse(self, error: MortarError, **outcome: Unpack[RunOutcome]) -> HttpResponse:
+        """Answer with the surface's error envelope, and close the run with it (and with what
+        it cost, when a model server consumed its prompt before failing)."""
         plan = self.plan
         response = error_response(error, plan.headers(), envelope=plan.surface.envelope)
         self.recorder.chunk(response.content)
-        self.close(
-            Run.Status.REFUSED if error.status < 500 else Run.Status.FAILED,
-            http_status=error.status,
-            error_code=error.code,
-            error_message=error.message,
-        )
+        outcome["http_status"] = error.status
+        outcome["error_code"] = error.code
+        outcome["error_message"] = error.message
+        self.close(Run.Status.REFUSED if error.status < 500 else Run.Status.FAILED, **outcome)
+        return response
+
+    async def refused(self, error: MortarError, **outcome: Unpack[RunOutcome]) -> HttpResponse:
+        """`refuse`, answered once its hold is settled."""
+        response = self.refuse(error, **outcome)
+        await self.settled()
         return response
 
     def cancel(self) -> None:

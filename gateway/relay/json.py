@@ -75,6 +75,7 @@ async def json_response(relay: Relay) -> HttpResponse:
         # run in progress.
         relay.recorder.chunk(body)
         relay.close_run(status, http_status=200)
+        await relay.record.settled()
         return HttpResponse(body, content_type="application/json", headers=relay.headers)
     except asyncio.CancelledError:
         relay.close_run(Run.Status.CANCELLED, http_status=499, error_code="client_disconnected")
@@ -88,6 +89,7 @@ async def json_response(relay: Relay) -> HttpResponse:
             error_code=error.code,
             error_message=error.message,
         )
+        await relay.record.settled()
         return response
     finally:
         await relay.deltas.aclose()

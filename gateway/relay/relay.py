@@ -3,16 +3,19 @@ and how its run is closed — with its usage, the source of that usage, and its 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from billing.costs import cached_tokens_of, usage_cost
 from billing.services.ratelimits import count_usage
+from core.errors import UpstreamError
 from core.flags import Flag
 from core.http.envelopes import Envelope
 from gateway.generation.reply import Deltas, Generation
 from gateway.relay.rendering import Rendering
+from gateway.upstream.counting import UsageCounting, count_in_background, usage_counted
 from telemetry.models import Run
 from telemetry.recording import RunRecorder
 from telemetry.store.records import RunOutcome
@@ -20,6 +23,12 @@ from telemetry.store.search_text import REPLY_TEXT_LIMIT, capped
 
 if TYPE_CHECKING:  # the pipeline makes relays; only its record's type is needed here
     from gateway.pipeline.record import RunRecord
+
+logger = logging.getLogger(__name__)
+
+# Runs whose reply reached the client, whole or in part: what the model server processed is
+# billed on its count when the deployment has it counted.
+COUNTED_STATUSES = (Run.Status.COMPLETED, Run.Status.STOPPED, Run.Status.CANCELLED)
 
 # A stopped non-streaming reply says so (OpenAI's values don't cover a stop).
 STOPPED_FINISH_REASON = "stopped"
@@ -44,6 +53,11 @@ class Relay:
     # Seconds of upstream silence before a ping (every 10 s when the deployment forwards to a
     # model server); None for the scripted model.
     ping_interval: float | None = None
+    # How to have the model server count the reply when it reports no usage (the deployment's
+    # `usage_count`); None: Mortar's estimate.
+    counting: UsageCounting | None = None
+    # The run's close waits for the model server's count (`close_run`).
+    counting_usage: bool = False
 
     @property
     def recorder(self) -> RunRecorder:
@@ -54,9 +68,8 @@ class Relay:
         """The envelope of an error, as the surface's route writes it."""
         return self.record.plan.surface.envelope
 
-    def usage(self) -> tuple[dict[str, Any], str]:
-        """The usage to report and its source: the model server's own counts when it sent
-        them (details passed through unchanged), else Mortar's estimate."""
+    def reported_usage(self) -> dict[str, Any] | None:
+        """The model server's own counts, when it sent them and they cover the reply."""
         reported = self.generation.upstream_usage
         if (
             reported is not None
@@ -64,6 +77,14 @@ class Relay:
             and isinstance(reported.get("prompt_tokens"), int)
             and isinstance(reported.get("completion_tokens"), int)
         ):
+            return reported
+        return None
+
+    def usage(self) -> tuple[dict[str, Any], str]:
+        """The usage to report and its source: the model server's own counts when it sent
+        them (details passed through unchanged), else Mortar's estimate."""
+        reported = self.reported_usage()
+        if reported is not None:
             return reported, Run.UsageSource.UPSTREAM
         completion = self.generation.own_completion_tokens()
         prompt = self.record.plan.prompt_tokens
@@ -78,14 +99,67 @@ class Relay:
         self, status: str, *, http_status: int, error_code: str = "", error_message: str = ""
     ) -> None:
         """Close the run with its usage and what that usage cost (its hold charged with it),
-        and count the usage against the request's rate limits; only the first close counts."""
-        if self.recorder.closed:
+        and count the usage against the request's rate limits; only the first close counts.
+
+        A reply the model server reported no usage for, on a deployment that has it counted,
+        is closed once the count is in: after the response, in the background.
+        """
+        if self.recorder.closed or self.counting_usage:
             return
         if status == Run.Status.STOPPED and not error_code and self.stop is not None:
             # Stopped by the worker itself (its shutdown grace ran out), not by a person.
             error_code = self.stop.reason
+        if (
+            self.counting is not None
+            and status in COUNTED_STATUSES
+            and self.reported_usage() is None
+        ):
+            self.counting_usage = True
+            count_in_background(
+                self._close_counted(
+                    self.counting,
+                    status,
+                    http_status=http_status,
+                    error_code=error_code,
+                    error_message=error_message,
+                )
+            )
+            return
+        self._close(status, *self.usage(), http_status, error_code, error_message)
+
+    async def _close_counted(
+        self,
+        counting: UsageCounting,
+        status: str,
+        *,
+        http_status: int,
+        error_code: str,
+        error_message: str,
+    ) -> None:
+        """Close the run with the model server's count of the reply, or Mortar's estimate when
+        the model server cannot give one."""
+        try:
+            counted = await usage_counted(counting, self.generation.text())
+        except UpstreamError as exc:
+            logger.warning("run %s: usage not counted upstream: %s", self.recorder.run_id, exc)
+            usage, source = self.usage()
+        except Exception:  # the run is closed whatever went wrong: never left in progress
+            logger.exception("run %s: counting its usage upstream failed", self.recorder.run_id)
+            usage, source = self.usage()
+        else:
+            usage, source = counted.usage(), Run.UsageSource.UPSTREAM_COUNT
+        self._close(status, usage, source, http_status, error_code, error_message)
+
+    def _close(
+        self,
+        status: str,
+        usage: dict[str, Any],
+        source: str,
+        http_status: int,
+        error_code: str,
+        error_message: str,
+    ) -> None:
         plan = self.record.plan
-        usage, source = self.usage()
         if plan.rate_limits is not None:
             count_usage(plan.rate_limits, plan.prompt_tokens, usage)
         assert plan.model is not None

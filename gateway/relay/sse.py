@@ -79,8 +79,11 @@ async def sse_events(relay: Relay) -> AsyncGenerator[bytes, None]:
             relay.generation.finish_reason = STOPPED_FINISH_REASON
         for event in rendering.closing(relay.generation, relay.usage()[0], stopped=stopped):
             send(event)
-        yield take()
+        # Closed, and its hold settled, before the last events go: a client that sends its
+        # next request as soon as this stream ends finds the budget settled.
         relay.close_run(Run.Status.STOPPED if stopped else Run.Status.COMPLETED, http_status=200)
+        await relay.record.settled()
+        yield take()
     except (asyncio.CancelledError, GeneratorExit):
         # The client went away (the endpoint cancels the response task, or closes this
         # generator): that stops the generation too; the finally closes the model's stream.
@@ -95,10 +98,11 @@ async def sse_events(relay: Relay) -> AsyncGenerator[bytes, None]:
             error = GenerationFailed("The generation failed.")
         # A failure mid-stream: one event with the envelope, and nothing after it.
         send(rendering.failure(relay.envelope.body(error)))
-        yield take()
         relay.close_run(
             Run.Status.FAILED, http_status=200, error_code=error.code, error_message=error.message
         )
+        await relay.record.settled()
+        yield take()
     finally:
         relay_span.end()
         await relay.deltas.aclose()

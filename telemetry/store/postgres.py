@@ -59,9 +59,9 @@ def write_rows(
     # Raw psycopg calls, wrapped so their errors become Django's (and mark the connection as
     # having failed, for `drop_broken_connection`).
     with connection.wrap_database_errors:
-        # The runs' budget draws and charges are taken by the inserts and updates themselves
-        # (the billing app's triggers on the run table), not by statements of their own: a draw with
-        # its run's first insert, never again on a replay.
+        # The runs' budget draws are taken by the inserts themselves (the billing app's
+        # trigger on the run table), not by statements of their own: a draw with its run's
+        # first insert, never again on a replay. Their charges are settled by their workers.
         write(
             connection.connection,
             new_runs=list(new_runs.values()),

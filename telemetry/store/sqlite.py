@@ -9,7 +9,6 @@ from typing import Any
 from django.db import IntegrityError
 
 from telemetry.models import Run, RunChunk
-from telemetry.signals import run_charges_stored
 from telemetry.store.items import ChunkSent
 from telemetry.store.records import RunFields
 
@@ -35,17 +34,6 @@ def write_rows(
     )
     for run_id, fields in updates.items():
         Run.objects.filter(pk=run_id).update(**_cut_to_fit(_text_safe(fields)))
-    # A run's charge reaches its budgets with its outcome, in one commit: the billing app
-    # settles it on this signal (on Postgres, triggers on the run table do).
-    run_charges_stored.send(
-        Run,
-        charges=[
-            (run_id, charged)
-            for rows in (new_runs, updates)
-            for run_id, fields in rows.items()
-            if (charged := fields.get("charged_usd")) is not None
-        ],
-    )
 
 
 def _text_safe(fields: RunFields) -> dict[str, Any]:

@@ -18,16 +18,18 @@ from django.db.models import Max, Sum
 from billing.budgets import Budget
 from billing.costs import Prices
 from billing.models import BudgetHold, BudgetSpend
-from billing.records import HoldRequest
-from billing.services.ledger import budget_holds, budget_holds_reconcile
+from billing.records import HoldRequest, Settlement
+from billing.services.ledger import budget_holds, budget_holds_reconcile, budget_holds_settle
 from billing.services.slices import SLICE_IDLE_SECONDS, SWEEP_SECONDS
 from telemetry.models import Run
+from telemetry.records import BudgetDraw
 from telemetry.store.batches import write_batch
 from telemetry.store.items import RunClosed, RunOpened
 from tests.conftest import _server_env, wait_for_run
 from tests.support.budgets import (
     EXAMPLE_USD,
     PROMPT_USD,
+    BudgetTenant,
     budget_tenant,
     committed,
     complete,
@@ -162,15 +164,10 @@ def test_a_killed_worker_s_slice_and_its_runs_holds_expire_and_are_reconciled(
     assert Decimal(budget["spent_usd"]) == spend.spent_usd
 
 
-def test_a_run_takes_its_draw_with_its_first_insert_and_is_charged_once(
-    mortar_server: ServerProcess,  # (the test database with the ledger's functions)
-) -> None:
-    """A run's insert takes its draw; the same opened row replayed (a spool, a dead writer's
-    log) finds the run there and takes nothing. Its outcome's update charges it, once."""
-    tenant = budget_tenant(key_usd="10")
-    now = datetime.now(UTC)
-    budget = Budget(BudgetSpend.Owner.KEY, tenant.key_id, Decimal(10), "total")
-    slice_id = f"slice-replay-{tenant.key_id}"
+def reserved_slice(key_id: int, name: str, now: datetime) -> str:
+    """A $1 slice of the key's $10 budget, reserved in the ledger as a worker reserves one."""
+    budget = Budget(BudgetSpend.Owner.KEY, key_id, Decimal(10), "total")
+    slice_id = f"slice-{name}-{key_id}"
 
     def reserve() -> None:
         [held] = budget_holds(
@@ -189,8 +186,12 @@ def test_a_run_takes_its_draw_with_its_first_insert_and_is_charged_once(
         assert not isinstance(held, Exception) and held.amount_usd == Decimal(1)
 
     committed(reserve)
-    run_id = f"chatcmpl-replay-{tenant.key_id}"
-    opened = RunOpened(
+    return slice_id
+
+
+def drawn_run(tenant: BudgetTenant, run_id: str, slice_id: str, now: datetime) -> RunOpened:
+    """A run's opened row as its worker hands it over, with its draw from the slice."""
+    return RunOpened(
         {
             "id": run_id,
             "accepted_at": now,
@@ -203,6 +204,19 @@ def test_a_run_takes_its_draw_with_its_first_insert_and_is_charged_once(
         },
     )
 
+
+def test_a_run_takes_its_draw_with_its_first_insert_and_its_worker_settles_it_once(
+    mortar_server: ServerProcess,  # (the test database with the ledger's functions)
+) -> None:
+    """A run's insert takes its draw; the same opened row replayed (a spool, a dead writer's
+    log) finds the run there and takes nothing. Its worker settles it; its stored outcome
+    charges nothing more."""
+    tenant = budget_tenant(key_usd="10")
+    now = datetime.now(UTC)
+    slice_id = reserved_slice(tenant.key_id, "replay", now)
+    run_id = f"chatcmpl-replay-{tenant.key_id}"
+    opened = drawn_run(tenant, run_id, slice_id, now)
+
     committed(lambda: write_batch([opened]))
     committed(lambda: write_batch([opened], replay=True))
 
@@ -212,14 +226,60 @@ def test_a_run_takes_its_draw_with_its_first_insert_and_is_charged_once(
     # The budget's rows never moved: a draw only moves an amount from one hold to another.
     assert spend_of(BudgetSpend.Owner.KEY, tenant.key_id).held_usd == Decimal(1)
 
-    # Closed in a later batch: the outcome's update charges the run and releases the rest of
-    # its hold; the same outcome replayed charges nothing more.
+    # Its worker settles it when its response ends; settling again changes nothing.
     charged = Decimal("0.000250")
-    closed = RunClosed(run_id, {"status": Run.Status.COMPLETED, "charged_usd": charged})
-    committed(lambda: write_batch([closed]))
-    committed(lambda: write_batch([closed], replay=True))
+    draw = BudgetDraw(run_id, slice_id, EXAMPLE_USD, PROMPT_USD)
+    settle = [Settlement(run_id, charged, draw)]
+    assert committed(lambda: budget_holds_settle(settle)) == {run_id: charged}
+    assert committed(lambda: budget_holds_settle(settle)) == {}
     assert not BudgetHold.objects.filter(run_id=run_id).exists()
     spend = spend_of(BudgetSpend.Owner.KEY, tenant.key_id)
     assert (spend.spent_usd, spend.held_usd) == (charged, Decimal(1) - EXAMPLE_USD)
+    assert BudgetHold.objects.get(run_id=slice_id).amount_usd == Decimal(1) - EXAMPLE_USD
+
+    # The writer only records the outcome: stored (and replayed), it moves no money.
+    closed = RunClosed(run_id, {"status": Run.Status.COMPLETED, "charged_usd": charged})
+    committed(lambda: write_batch([closed]))
+    committed(lambda: write_batch([closed], replay=True))
+    spend = spend_of(BudgetSpend.Owner.KEY, tenant.key_id)
+    assert (spend.spent_usd, spend.held_usd) == (charged, Decimal(1) - EXAMPLE_USD)
+    assert Run.objects.get(id=run_id).charged_usd == charged
     # Not left for other tests' reconciliations to find.
     committed(lambda: BudgetHold.objects.filter(run_id__in=[run_id, slice_id]).delete())
+
+
+def test_a_run_settled_before_its_row_is_stored_takes_its_draw_then_and_never_again(
+    mortar_server: ServerProcess,
+) -> None:
+    """The writer stores a run a moment after its response ended: a settlement that comes
+    first takes the run's draw from the slice itself, and the run's insert (and its replay)
+    takes none, leaving no hold behind."""
+    tenant = budget_tenant(key_usd="10")
+    now = datetime.now(UTC)
+    slice_id = reserved_slice(tenant.key_id, "early", now)
+    run_id = f"chatcmpl-early-{tenant.key_id}"
+    charged = Decimal("0.000250")
+    draw = BudgetDraw(run_id, slice_id, EXAMPLE_USD, PROMPT_USD)
+
+    assert committed(lambda: budget_holds_settle([Settlement(run_id, charged, draw)])) == {
+        run_id: charged
+    }
+    spend = spend_of(BudgetSpend.Owner.KEY, tenant.key_id)
+    assert (spend.spent_usd, spend.held_usd) == (charged, Decimal(1) - EXAMPLE_USD)
+    assert BudgetHold.objects.get(run_id=slice_id).amount_usd == Decimal(1) - EXAMPLE_USD
+    # What tells the insert its draw is taken: a hold of nothing.
+    assert BudgetHold.objects.get(run_id=run_id).amount_usd == 0
+    # Settled again: nothing more, and the marker stays for the insert.
+    assert committed(lambda: budget_holds_settle([Settlement(run_id, charged, draw)])) == {}
+    assert BudgetHold.objects.get(run_id=run_id).amount_usd == 0
+
+    opened = drawn_run(tenant, run_id, slice_id, now)
+    closed = RunClosed(run_id, {"status": Run.Status.COMPLETED, "charged_usd": charged})
+    committed(lambda: write_batch([opened, closed]))
+    committed(lambda: write_batch([opened, closed], replay=True))
+
+    assert not BudgetHold.objects.filter(run_id=run_id).exists()
+    spend = spend_of(BudgetSpend.Owner.KEY, tenant.key_id)
+    assert (spend.spent_usd, spend.held_usd) == (charged, Decimal(1) - EXAMPLE_USD)
+    assert BudgetHold.objects.get(run_id=slice_id).amount_usd == Decimal(1) - EXAMPLE_USD
+    committed(lambda: BudgetHold.objects.filter(run_id=slice_id).delete())

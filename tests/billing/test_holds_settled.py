@@ -1,9 +1,10 @@
 """Every way a request ends after its hold was taken settles the hold, end to end.
 
 A real server, budgets and priced models on the mock model server: a model server that answers
-500 before its first byte, one that cannot be reached, and a request refused after its hold (a
-dedupe conflict) each leave their run charged nothing and the budget holding nothing; a
-completion beside them is charged its cost. (Without HTTP: tests/gateway/test_run_record.py.)
+an error status before its first byte is charged the prompt it consumed; one that cannot be
+reached, and a request refused after its hold (a dedupe conflict) leave their run charged
+nothing; none leaves the budget holding anything, and a completion beside them is charged its
+cost. (Without HTTP: tests/gateway/test_run_record.py.)
 """
 
 from __future__ import annotations
@@ -54,9 +55,19 @@ def settled_run(response: httpx.Response) -> Run:
     return wait_for_run(run_id)
 
 
-def test_a_model_server_failing_before_its_first_byte_leaves_nothing_charged_or_held(
-    mortar_server: ServerProcess, priced_upstreams: tuple[str, str]
+@pytest.mark.parametrize(
+    ("fault", "status", "code"),
+    [("error500", 502, "upstream_error"), ("error400", 400, "upstream_error")],
+)
+def test_a_model_server_failing_before_its_first_byte_is_charged_the_prompt_it_consumed(
+    mortar_server: ServerProcess,
+    priced_upstreams: tuple[str, str],
+    fault: str,
+    status: int,
+    code: str,
 ) -> None:
+    """It had the request: the prompt it processed is charged (no usage reported: Mortar's
+    count of the prompt, at the input price), and nothing stays held."""
     mock_one, _ = priced_upstreams
     tenant = budget_tenant(key_usd=BUDGET)
 
@@ -65,16 +76,22 @@ def test_a_model_server_failing_before_its_first_byte_leaves_nothing_charged_or_
         tenant.secret,
         mock_one,
         max_tokens=13,
-        messages=[{"role": "user", "content": f"{QUESTION} [mock fault=error500]"}],
+        messages=[{"role": "user", "content": f"{QUESTION} [mock fault={fault}]"}],
     )
 
-    assert failed.status_code == 502, failed.text
-    run = settled_run(failed)
-    assert (run.status, run.error_code) == (Run.Status.FAILED, "upstream_error")
-    assert run.held_usd is not None and run.held_usd > 0
-    assert run.charged_usd == Decimal(0)
+    assert failed.status_code == status, failed.text
     spend = spend_of(BudgetSpend.Owner.KEY, tenant.key_id)
-    assert (spend.spent_usd, spend.held_usd) == (Decimal(0), Decimal(0))
+    run = settled_run(failed)
+    assert (run.status, run.error_code) == (
+        Run.Status.FAILED if status >= 500 else Run.Status.REFUSED,
+        code,
+    )
+    prompt_usd = run.prompt_tokens * Decimal("0.001")  # $1,000 per million input tokens
+    assert run.prompt_tokens > 17 and run.completion_tokens == 0
+    assert (run.cost, run.charged_usd, run.usage_source) == (prompt_usd, prompt_usd, "estimate")
+    assert run.held_usd is not None and run.held_usd > prompt_usd
+    # Settled when the error was answered, not when the run was stored.
+    assert (spend.spent_usd, spend.held_usd) == (prompt_usd, Decimal(0))
 
 
 def test_an_unreachable_model_server_leaves_nothing_charged_or_held(

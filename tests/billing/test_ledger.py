@@ -11,7 +11,7 @@ import pytest
 from billing.budgets import Budget, period_start, resets_at
 from billing.costs import Prices
 from billing.models import BudgetHold, BudgetSpend
-from billing.records import Held, HoldRequest
+from billing.records import Held, HoldRequest, Settlement
 from billing.selectors import budget_standing
 from billing.services.holds import HeldBudget
 from billing.services.ledger import budget_hold, budget_holds, budget_holds_settle
@@ -81,9 +81,11 @@ def test_a_charge_is_the_cost_rounded_up_never_more_than_the_hold_and_counted_on
     hold("run-1", budget, cap=10)  # holds 0.0037 + 0.000113 = 0.003813
     hold("run-2", budget, cap=10)
 
-    assert budget_holds_settle([("run-1", Decimal("0.0012341"))]) == {"run-1": Decimal("0.001235")}
-    assert budget_holds_settle([("run-1", Decimal("0.5"))]) == {}  # settled already
-    assert budget_holds_settle([("run-2", Decimal("0.5"))]) == {"run-2": Decimal("0.003813")}
+    charged = budget_holds_settle([Settlement("run-1", Decimal("0.0012341"))])
+    assert charged == {"run-1": Decimal("0.001235")}
+    assert budget_holds_settle([Settlement("run-1", Decimal("0.5"))]) == {}  # settled already
+    charged = budget_holds_settle([Settlement("run-2", Decimal("0.5"))])
+    assert charged == {"run-2": Decimal("0.003813")}
 
     row = spend()
     assert (row.spent_usd, row.held_usd) == (Decimal("0.005048"), Decimal(0))
@@ -93,7 +95,7 @@ def test_a_hold_released_uncharged_gives_its_whole_amount_back() -> None:
     budget = Budget("key", KEY_ID, Decimal("1"), "total")
     hold("run-1", budget, cap=10)
 
-    assert budget_holds_settle([("run-1", Decimal(0))]) == {"run-1": Decimal(0)}
+    assert budget_holds_settle([Settlement("run-1", Decimal(0))]) == {"run-1": Decimal(0)}
 
     assert not BudgetHold.objects.filter(run_id="run-1").exists()
     row = spend()
@@ -114,7 +116,7 @@ def test_a_standing_counts_the_current_period_s_charges_and_holds() -> None:
     budget = Budget("key", KEY_ID, Decimal("1"), "day")
     hold("run-1", budget, cap=10)  # 0.003813 each
     hold("run-2", budget, cap=10)
-    budget_holds_settle([("run-1", Decimal("0.001"))])
+    budget_holds_settle([Settlement("run-1", Decimal("0.001"))])
 
     today = budget_standing(budget, now=NOW)
     assert (today.spent_usd, today.held_usd, today.remaining_usd) == (
@@ -165,10 +167,10 @@ def test_a_batch_settles_each_run_on_both_its_budgets_once_and_skips_runs_withou
 
     charged = budget_holds_settle(
         [
-            ("run-1", Decimal("0.001")),
-            ("run-2", Decimal("0.0000001")),  # rounded up to a micro-dollar
-            ("run-3", Decimal("9")),  # never more than the hold
-            ("never-held", Decimal("1")),
+            Settlement("run-1", Decimal("0.001")),
+            Settlement("run-2", Decimal("0.0000001")),  # rounded up to a micro-dollar
+            Settlement("run-3", Decimal("9")),  # never more than the hold
+            Settlement("never-held", Decimal("1")),
         ]
     )
     assert charged == {
@@ -176,7 +178,7 @@ def test_a_batch_settles_each_run_on_both_its_budgets_once_and_skips_runs_withou
         "run-2": Decimal("0.000001"),
         "run-3": Decimal("0.003813"),
     }
-    assert budget_holds_settle([("run-1", Decimal("0.5"))]) == {}  # settled already
+    assert budget_holds_settle([Settlement("run-1", Decimal("0.5"))]) == {}  # settled already
     assert not BudgetHold.objects.filter(run_id__in=["run-1", "run-2", "run-3"]).exists()
     for row in BudgetSpend.objects.filter(owner_id=KEY_ID):
         assert (row.spent_usd, row.held_usd) == (Decimal("0.004814"), Decimal(0))

@@ -1,6 +1,7 @@
-"""A run's charge reaches its budgets in the commit that stores its outcome, once: on Postgres
-through the triggers on the run table, on SQLite through the hook the run writer sends
-(`telemetry.signals.run_charges_stored`, settled by `billing.receivers`)."""
+"""The run writer only records a run's charge: its worker settled it on the budgets when the
+response ended. Storing the outcome — in a later batch, in the batch that opens it, or replayed
+from a spool — moves no money, on either database; a hold its worker could not settle is left
+for the reconciliation."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from accounts.models import Organization
 from billing.budgets import Budget
 from billing.costs import Prices
 from billing.models import BudgetHold, BudgetSpend
-from billing.services.ledger import budget_hold
+from billing.records import Settlement
+from billing.services.ledger import budget_hold, budget_holds_settle
 from telemetry.models import Run
 from telemetry.store.batches import write_batch
 from telemetry.store.items import RunClosed, RunOpened
@@ -63,45 +65,41 @@ def organization() -> Organization:
     return Organization.objects.create(name=f"charges-{uuid.uuid4().hex[:12]}")
 
 
-def test_a_run_closed_in_a_later_batch_is_charged_by_its_outcome_once(
-    organization: Organization,
+@pytest.mark.parametrize("one_batch", [False, True], ids=["later-batch", "one-batch"])
+def test_a_stored_charge_moves_no_money_the_worker_s_settlement_does(
+    organization: Organization, one_batch: bool
 ) -> None:
     run_id, opened = held_run(organization)
-    write_batch([opened])
-    assert spend() == (Decimal(0), HELD)  # opened: still held, nothing charged
-
     closed = RunClosed(run_id, {"status": Run.Status.COMPLETED, "charged_usd": CHARGED})
-    write_batch([closed])
-    write_batch([closed], replay=True)  # the same outcome again (a spool, a dead writer's log)
+    if one_batch:
+        write_batch([opened, closed])
+    else:
+        write_batch([opened])
+        write_batch([closed])
+    write_batch([opened, closed], replay=True)  # again (a spool, a dead writer's log)
 
-    assert not BudgetHold.objects.filter(run_id=run_id).exists()
-    assert spend() == (CHARGED, Decimal(0))
     assert Run.objects.get(id=run_id).charged_usd == CHARGED
+    assert BudgetHold.objects.get(run_id=run_id).amount_usd == HELD
+    assert spend() == (Decimal(0), HELD)
 
-
-def test_a_run_opened_and_closed_in_one_batch_is_charged_by_its_insert(
-    organization: Organization,
-) -> None:
-    run_id, opened = held_run(organization)
-    closed = RunClosed(run_id, {"status": Run.Status.COMPLETED, "charged_usd": CHARGED})
-
-    write_batch([opened, closed])
-
+    assert budget_holds_settle([Settlement(run_id, CHARGED)]) == {run_id: CHARGED}
+    assert budget_holds_settle([Settlement(run_id, CHARGED)]) == {}  # once
     assert not BudgetHold.objects.filter(run_id=run_id).exists()
     assert spend() == (CHARGED, Decimal(0))
 
 
 def test_a_run_released_uncharged_gives_its_whole_hold_back(organization: Organization) -> None:
     run_id, opened = held_run(organization)
-    refused = RunClosed(run_id, {"status": Run.Status.REFUSED, "charged_usd": Decimal(0)})
+    write_batch(
+        [opened, RunClosed(run_id, {"status": Run.Status.REFUSED, "charged_usd": Decimal(0)})]
+    )
 
-    write_batch([opened, refused])
-
+    assert budget_holds_settle([Settlement(run_id, Decimal(0))]) == {run_id: Decimal(0)}
     assert not BudgetHold.objects.filter(run_id=run_id).exists()
     assert spend() == (Decimal(0), Decimal(0))
 
 
-def test_an_outcome_without_a_charge_leaves_the_hold_for_the_reconciliation(
+def test_a_hold_its_worker_never_settled_is_left_for_the_reconciliation(
     organization: Organization,
 ) -> None:
     run_id, opened = held_run(organization)

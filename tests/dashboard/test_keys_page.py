@@ -83,6 +83,8 @@ def test_creating_a_key_shows_its_secret_once_and_stores_only_its_digest(
         ("budget_usd", "-1", "Budget (USD)"),
         ("budget_usd", "0.0000001", "Budget (USD)"),
         ("budget_usd", "lots", "Budget (USD)"),
+        ("budget_usd", "100000000", "Budget (USD)"),
+        ("requests_per_minute", "2147483648", "Requests/min"),
         ("requests_per_minute", "0", "Requests/min"),
         ("tokens_per_minute", "9999999999999", "Tokens/min"),
         ("budget_period", "week", "Budget period"),

@@ -213,3 +213,63 @@ def test_a_json_request_longer_than_the_grace_returns_what_was_generated(
     assert run.status == Run.Status.STOPPED
     assert run.error_code == "worker_shutdown"
     assert run.completion_tokens == completion.usage.completion_tokens
+
+
+def new_connection(server: ServerProcess) -> str:
+    """What a new connection gets now: `refused` (or reset before it was served), `503`, or
+    `served` (any other answer); one that gets no answer within 1 s fails the test."""
+    try:
+        response = httpx.get(f"{server.base_url}/healthz", timeout=1)
+    except (httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError):
+        return "refused"
+    if response.status_code == 503 and response.headers.get("connection") == "close":
+        return "503"
+    return "served"
+
+
+@pytest.mark.redis
+def test_with_two_workers_new_connections_are_refused_at_once_while_a_stream_finishes(
+    tmp_path, tenant, slow_model
+) -> None:
+    from telemetry.models import Run
+
+    env = {**_server_env(), "MORTAR_SHUTDOWN_GRACE_SECONDS": "20"}
+    server = start_mortar(env, log_dir=tmp_path, server="serve", options=["--workers", "2"])
+    try:
+        # Both serving (the port answers as soon as one is): a worker still starting holds the
+        # socket without accepting on it, and would hold a new connection until it is up.
+        wait_until(
+            lambda: server.log().count("Application startup complete") == 2,
+            message="the second worker did not start",
+        )
+        prompt = words(30)  # 11 pieces, 200 ms apart: ~2 s
+        stream = SdkStream(server, tenant, slow_model, prompt)
+        stream.wait_for_content()
+        chunks_at_sigterm = len(stream.chunks)
+        signalled = time.monotonic()
+        server.process.send_signal(signal.SIGTERM)
+        outcome = wait_until(
+            lambda: (got := new_connection(server)) != "served" and got,
+            timeout=1,
+            interval=0.02,
+            message="a new connection was still served",
+        )
+        refused_after = time.monotonic() - signalled
+        # From then on every new connection is turned away, while the stream goes on.
+        for _ in range(5):
+            assert new_connection(server) in {"refused", "503"}
+        assert len(stream.chunks) < 14, "the stream was over before the test looked"
+        stream.join()
+        assert server.process.wait(timeout=30) == 0, server.log()
+    finally:
+        server.stop()
+
+    assert outcome in {"refused", "503"}
+    assert refused_after < 1.0, f"still served {refused_after:.2f} s after SIGTERM"
+    assert stream.error is None, stream.error
+    assert len(stream.chunks) - chunks_at_sigterm >= 3, "the stream did not go on after SIGTERM"
+    assert stream.content() == f"You said: {prompt}"  # the whole reply
+    assert stream.finish_reasons() == ["stop"]
+    run = Run.objects.get(pk=stream.run_id)
+    assert run.status == Run.Status.COMPLETED
+    assert run.finish_reason == "stop"

@@ -15,6 +15,8 @@ from pathlib import Path
 import httpx
 import orjson
 
+from config.serve import proxy_arguments
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -69,7 +71,13 @@ def start_mortar(
     if server == "serve":
         command = [sys.executable, "-m", "config.serve", *uvicorn_options, *options]
     elif server == "uvicorn":
-        command = [sys.executable, "-m", "uvicorn", "config.asgi:application", *uvicorn_options]
+        # Trusting forwarding headers as config/serve.py has uvicorn do, not uvicorn's default.
+        proxies = proxy_arguments(env.get("MORTAR_TRUSTED_PROXIES", ""))
+        command = [
+            *(sys.executable, "-m", "uvicorn", "config.asgi:application"),
+            *uvicorn_options,
+            *proxies,
+        ]
     elif server == "daphne":
         command = [
             sys.executable,

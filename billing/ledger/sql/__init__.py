@@ -39,3 +39,9 @@ def _runs(name: str) -> Callable[[StateApps, BaseDatabaseSchemaEditor], None]:
 def run_sql_file(name: str, *, reverse: str) -> migrations.RunPython:
     """A migration step that runs the SQL file `name` on Postgres, and `reverse` to undo it."""
     return migrations.RunPython(_runs(name), _runs(reverse))
+
+
+def undone_by_sql_file(name: str) -> migrations.RunPython:
+    """A migration step that does nothing, and runs the SQL file `name` when it is undone: the
+    second file of a definition a later step restores in two."""
+    return migrations.RunPython(migrations.RunPython.noop, _runs(name))

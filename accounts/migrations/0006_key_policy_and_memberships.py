@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("accounts", "0004_key_changes"),
+        ("accounts", "0005_operator_bounds"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

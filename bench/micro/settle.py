@@ -1,0 +1,175 @@
+"""Measure the CPU this process spends settling a request's budget hold when its response ends
+(budget: ≤ 0.05 ms a request), against the real Postgres.
+
+Each simulated request has its hold already (`hold_for`, not measured), then settles it as the
+relay does when the response ends: `charge` (the charge, and the settlement queued in the event
+loop's batch) and `settled` (awaited: the thread hop to the ledger's thread, one call of
+`mortar_budget_settle` a batch, its commit). Two kinds of hold:
+
+- `slice`: a large budget, each hold drawn from the worker's slice in memory, settled before
+  the run writer has stored the run (as a short request is): the settlement takes the draw from
+  the slice and leaves its marker;
+- `ledger`: each hold taken from the ledger itself, as near a budget's end (here by raising
+  the room a slice needs out of reach).
+
+CONCURRENCY requests settle at once on one event loop (uvloop, as `make serve` runs). Prints the
+process's CPU per request (process time: every thread, so the ledger's too) less the same loop
+doing nothing but its awaits, per kind and concurrency; the median of the rounds. Postgres's
+own CPU is not counted here (`make bench` counts it beside Mortar's).
+
+    .venv/bin/python -m bench.micro.settle [--requests 2000] [--rounds 5]
+        [--concurrency 1 32]
+
+Its own database (`mortar_bench_settle`, created and dropped again). Writes
+bench/results/settle.md; exits with status 1 when a median at concurrency 32 or more passes
+the budget (one request alone pays a whole round trip to Postgres: printed, not held to it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+from decimal import Decimal
+
+DATABASE = "mortar_bench_settle"
+os.environ["DATABASE_URL"] = f"postgres://postgres@127.0.0.1:5432/{DATABASE}"
+os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
+os.environ["MORTAR_REDIS_PREFIX"] = f"bench-settle-{secrets.token_hex(4)}"
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+import uvloop  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+from django.db import connection  # noqa: E402
+
+from accounts.models import ApiKey, Organization  # noqa: E402
+from bench.harness.results import recorded  # noqa: E402
+from billing.costs import Prices, usage_cost  # noqa: E402
+from billing.services import slices  # noqa: E402
+from billing.services.holds import HeldBudget, hold_for  # noqa: E402
+
+BUDGET_US = 50.0
+# The budget holds under load, where a batch's round trip is shared: one request alone pays a
+# whole round trip to Postgres (as a hold from the ledger does), printed beside it.
+LOADED = 32
+PRICES = Prices(input=Decimal("0.20"), cached_input=Decimal("0.05"), output=Decimal("0.60"))
+PROMPT, COMPLETION, MAX_TOKENS = 420, 180, 1024
+COST = usage_cost({"prompt_tokens": PROMPT, "completion_tokens": COMPLETION}, PRICES)
+KINDS = {"slice": slices.SLICE_MIN_HOLDS, "ledger": 10**12}  # the room a slice needs, in holds
+
+
+def bench_key() -> ApiKey:
+    organization = Organization.objects.create(
+        name=f"bench-{secrets.token_hex(4)}", budget_usd=Decimal(1_000_000), budget_period="month"
+    )
+    key = ApiKey.objects.create(
+        organization=organization,
+        prefix="bench",
+        digest=secrets.token_hex(32),
+        budget_usd=Decimal(1_000_000),
+        budget_period="total",
+    )
+    return ApiKey.objects.select_related("organization").get(pk=key.pk)
+
+
+async def held(key: ApiKey, count: int) -> list[HeldBudget]:
+    """`count` holds, as many requests would have taken them (in batches of 32)."""
+    holds: list[HeldBudget] = []
+    while len(holds) < count:
+        batch = await asyncio.gather(
+            *(
+                hold_for(
+                    run_id="chatcmpl-" + secrets.token_hex(12),
+                    key=key,
+                    prompt_tokens=PROMPT,
+                    max_tokens=MAX_TOKENS,
+                    prices=PRICES,
+                    total_timeout_s=600.0,
+                )
+                for _ in range(min(32, count - len(holds)))
+            )
+        )
+        for hold in batch:
+            assert hold is not None
+            holds.append(hold)
+    return holds
+
+
+async def settle(hold: HeldBudget) -> None:
+    hold.charge(COST)
+    await hold.settled()
+
+
+async def nothing(_: HeldBudget) -> None:
+    await asyncio.sleep(0)
+
+
+async def run(holds: list[HeldBudget], concurrency: int, real: bool) -> float:
+    """The process's CPU seconds (user and system) to settle `holds`, `concurrency` at once."""
+    queue = iter(holds)
+
+    async def worker() -> None:
+        for hold in queue:
+            await (settle(hold) if real else nothing(hold))
+
+    before = os.times()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    after = os.times()
+    return after.user - before.user + after.system - before.system
+
+
+async def main(args: argparse.Namespace) -> bool:
+    await asyncio.to_thread(call_command, "migrate", verbosity=0)
+    within = True
+    print("settling a budget hold when the response ends, on Postgres; per request, less the")
+    print(f"null loop (budget {BUDGET_US:.0f} µs at concurrency {LOADED} and more)")
+    for kind, slice_min_holds in KINDS.items():
+        slices.SLICE_MIN_HOLDS = slice_min_holds
+        for concurrency in args.concurrency:
+            results = []
+            for _ in range(args.rounds):
+                key = await asyncio.to_thread(bench_key)  # its own slice, reserved anew
+                holds = await held(key, args.requests)
+                drawn = sum(hold.draw is not None for hold in holds)
+                # The first batch of holds goes to the ledger: it tells how much room there is.
+                assert drawn >= len(holds) - 32 if kind == "slice" else drawn == 0
+                null = await run(holds, concurrency, False)
+                spent = await run(holds, concurrency, True)
+                results.append((spent - null) * 1e6 / args.requests)
+            median = statistics.median(results)
+            if concurrency >= LOADED:
+                within &= median <= BUDGET_US
+            print(
+                f"{kind:>6} holds, concurrency {concurrency:>3}: {median:6.1f} CPU µs per "
+                f"request (rounds: {', '.join(f'{r:.1f}' for r in results)})"
+            )
+    return within
+
+
+def psql(command: str, *, check: bool = True) -> None:
+    subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-qc", command], check=check)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
+    args = parser.parse_args()
+    psql(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
+    psql(f"CREATE DATABASE {DATABASE}")
+    try:
+        with recorded("settle", "Settling a budget hold when the response ends, per request"):
+            if not uvloop.run(main(args)):
+                sys.exit(1)
+    finally:
+        connection.close()
+        psql(f"DROP DATABASE {DATABASE} WITH (FORCE)", check=False)
