@@ -1,4 +1,5 @@
-"""The admin for organizations and keys: a new key's secret is shown once, never stored."""
+"""The admin for organizations, their members' dashboard roles and keys: a new key's secret is
+shown once, never stored."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
-from accounts.models import ApiKey, Organization
+from accounts.models import ApiKey, Membership, Organization
 from accounts.services import key_change_record, key_issue
 
 if TYPE_CHECKING:
@@ -23,6 +24,16 @@ if TYPE_CHECKING:
 class OrganizationAdmin(admin.ModelAdmin[Organization]):
     list_display = ["name", "budget_usd", "budget_period", "requests_per_minute", "created_at"]
     search_fields = ["name"]
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin[Membership]):
+    """Dashboard users' roles in organizations (staff need none)."""
+
+    list_display = ["user", "organization", "role"]
+    list_filter = ["role", "organization"]
+    search_fields = ["user__username", "organization__name"]
+    autocomplete_fields = ["user", "organization"]
 
 
 @admin.register(ApiKey)

@@ -8,8 +8,10 @@ shows both ways of presenting a key).
 from __future__ import annotations
 
 import hashlib
+from datetime import UTC
 from typing import Any
 
+from django.utils import timezone
 from ninja.security.base import AuthBase
 
 from accounts.models import ApiKey
@@ -35,7 +37,8 @@ def presented_key(request: ApiRequest) -> str:
 
 
 async def authenticate(request: ApiRequest) -> ApiKey:
-    """Return the active key presented by the request, or raise `missing_key` / `invalid_key`.
+    """Return the active key presented by the request, or raise `missing_key` / `invalid_key`
+    / `expired_key`.
 
     Keys are cached per worker and dropped everywhere the moment any key changes
     (`lookups.py`), so a revoked key fails on its next request on every worker.
@@ -64,6 +67,12 @@ async def _authenticate(request: ApiRequest) -> ApiKey:
     if key is None:
         raise AuthenticationError(
             "The API key is not valid or has been revoked.", code="invalid_key"
+        )
+    # Checked on every request, not when the key is cached: a cached key expires on time.
+    if key.expires_at is not None and key.is_expired(timezone.now()):
+        expired = key.expires_at.astimezone(UTC)
+        raise AuthenticationError(
+            f"The API key expired at {expired:%Y-%m-%d %H:%M:%S} UTC.", code="expired_key"
         )
     return key
 

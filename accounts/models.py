@@ -6,6 +6,7 @@ The tables keep the names they had when these models lived in the gateway app
 
 from __future__ import annotations
 
+from datetime import datetime
 from decimal import Decimal
 
 from django.conf import settings
@@ -110,6 +111,17 @@ class ApiKey(SpendLimits):
     digest = models.CharField(max_length=64, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # The key's policy. A key limited to some models is refused any other (403
+    # `model_not_allowed`); an empty list is every model. A key past its expiry is refused
+    # (401 `expired_key`) like a revoked one, and stays listed as expired.
+    allowed_models = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Catalog model ids this key may use; empty: every model.",
+    )
+    expires_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the key stops working; empty: never."
+    )
 
     class Meta:
         db_table = "gateway_apikey"
@@ -123,6 +135,12 @@ class ApiKey(SpendLimits):
     def is_active(self) -> bool:
         return self.revoked_at is None
 
+    def is_expired(self, now: datetime) -> bool:
+        return self.expires_at is not None and self.expires_at <= now
+
+    def allows_model(self, model_id: str) -> bool:
+        return not self.allowed_models or model_id in self.allowed_models
+
 
 class KeyChange(models.Model):
     """One change to an API key made by someone: who, when, what. Never the secret.
@@ -134,7 +152,7 @@ class KeyChange(models.Model):
         CREATED = "created"
         RENAMED = "renamed"
         REVOKED = "revoked"
-        CHANGED = "changed"  # its budget or rate limits (the admin)
+        CHANGED = "changed"  # its budget, rate limits or policy (the admin, applyconfig)
 
     key = models.ForeignKey(ApiKey, on_delete=models.CASCADE, related_name="changes")
     action = models.CharField(max_length=16, choices=Action.choices)
@@ -150,3 +168,31 @@ class KeyChange(models.Model):
 
     def __str__(self) -> str:
         return f"{self.actor_name} {self.action} {self.key_id} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class Membership(models.Model):
+    """A dashboard user's role in one organization; staff need none (they see everything).
+
+    A viewer sees the organization's runs, sessions, replays, Live and spend; an admin also
+    manages its keys and budgets. Nothing of any other organization is shown to either.
+    """
+
+    class Role(models.TextChoices):
+        VIEWER = "viewer", "Viewer (runs, sessions, replay, Live, spend)"
+        ADMIN = "admin", "Admin (also keys and budgets)"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    organization = models.ForeignKey(
+        Organization, on_delete=models.CASCADE, related_name="memberships"
+    )
+    role = models.CharField(max_length=8, choices=Role.choices, default=Role.VIEWER)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "organization"], name="one_role_per_org")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} is {self.role} of {self.organization}"

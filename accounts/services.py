@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import secrets
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts.auth import key_digest
-from accounts.models import ApiKey, KeyChange, Organization, SpendLimits
+from accounts.models import ApiKey, KeyChange, Membership, Organization, SpendLimits
 
 KEY_PREFIX = "mk-"
 VISIBLE_PREFIX_CHARS = 11
@@ -43,8 +44,50 @@ class KeyLimits:
     tokens_per_minute: int | None = None
 
 
+@dataclass(frozen=True)
+class KeyPolicy:
+    """What a key may do besides spending: the catalog models it may use (empty: every model)
+    and when it stops working (None: never)."""
+
+    allowed_models: tuple[str, ...] = ()
+    expires_at: datetime | None = None
+
+
 class OrganizationExists(ValueError):
     pass
+
+
+class MembershipError(ValueError):
+    """A role that cannot be given or taken as asked (unknown user or organization)."""
+
+
+def _member_and_organization(username: str, organization_name: str) -> tuple[User, Organization]:
+    user = User.objects.filter(username=username).first()
+    if user is None:
+        raise MembershipError(f"There is no user named {username!r}.")
+    organization = Organization.objects.filter(name=organization_name).first()
+    if organization is None:
+        raise MembershipError(f"There is no organization named {organization_name!r}.")
+    return user, organization
+
+
+@transaction.atomic
+def membership_set(*, username: str, organization_name: str, role: str) -> Membership:
+    """Give the user this role in the organization (replacing the one they had there)."""
+    user, organization = _member_and_organization(username, organization_name)
+    membership, _ = Membership.objects.update_or_create(
+        user=user, organization=organization, defaults={"role": role}
+    )
+    return membership
+
+
+@transaction.atomic
+def membership_remove(*, username: str, organization_name: str) -> None:
+    """Take away the user's role in the organization; they no longer see it on the dashboard."""
+    user, organization = _member_and_organization(username, organization_name)
+    deleted, _ = Membership.objects.filter(user=user, organization=organization).delete()
+    if not deleted:
+        raise MembershipError(f"{username} has no role in {organization_name!r}.")
 
 
 @transaction.atomic
@@ -72,6 +115,7 @@ def key_create(
     name: str = "",
     secret: str | None = None,
     limits: KeyLimits | None = None,
+    policy: KeyPolicy | None = None,
 ) -> IssuedKey:
     if secret is None:
         secret = KEY_PREFIX + secrets.token_hex(24)
@@ -83,7 +127,7 @@ def key_create(
     digest = key_digest(secret)
     if ApiKey.objects.filter(digest=digest).exists():
         raise KeyOperationError("That secret is already in use by another key.")
-    limits = limits or KeyLimits()
+    limits, policy = limits or KeyLimits(), policy or KeyPolicy()
     key = ApiKey.objects.create(
         organization=organization,
         name=name,
@@ -93,6 +137,8 @@ def key_create(
         budget_period=limits.budget_period,
         requests_per_minute=limits.requests_per_minute,
         tokens_per_minute=limits.tokens_per_minute,
+        allowed_models=list(policy.allowed_models),
+        expires_at=policy.expires_at,
     )
     return IssuedKey(key=key, secret=secret)
 
@@ -124,12 +170,29 @@ def key_issue(
     name: str,
     actor: Actor,
     limits: KeyLimits | None = None,
+    policy: KeyPolicy | None = None,
     secret: str | None = None,
 ) -> IssuedKey:
     """Create a key and record who did; the secret is returned once, never stored."""
-    issued = key_create(organization=organization, name=name.strip(), secret=secret, limits=limits)
-    _audited(issued.key, KeyChange.Action.CREATED, actor, _limits_text(issued.key))
+    issued = key_create(
+        organization=organization, name=name.strip(), secret=secret, limits=limits, policy=policy
+    )
+    detail = ", ".join(filter(None, [_limits_text(issued.key), _policy_text(issued.key)]))
+    _audited(issued.key, KeyChange.Action.CREATED, actor, detail)
     return issued
+
+
+@transaction.atomic
+def key_policy_set(*, key_id: int, policy: KeyPolicy, actor: Actor) -> bool:
+    """Give the key this policy; record the change, if it is one. Return whether it was."""
+    key = ApiKey.objects.select_for_update().get(pk=key_id)
+    allowed = list(policy.allowed_models)
+    if key.allowed_models == allowed and key.expires_at == policy.expires_at:
+        return False
+    key.allowed_models, key.expires_at = allowed, policy.expires_at
+    key.save(update_fields=["allowed_models", "expires_at"])
+    _audited(key, KeyChange.Action.CHANGED, actor, _policy_text(key) or "every model, no expiry")
+    return True
 
 
 @transaction.atomic
@@ -181,8 +244,17 @@ def _limits_text(key: ApiKey) -> str:
     return ", ".join(parts) or "no limits of its own"
 
 
-def key_revoke(*, prefix: str, actor: Actor = "manage.py revokekey") -> ApiKey:
-    """Revoke the one active key whose visible prefix starts with `prefix`."""
+def _policy_text(key: ApiKey) -> str:
+    parts = []
+    if key.allowed_models:
+        parts.append("models " + ", ".join(key.allowed_models))
+    if key.expires_at is not None:
+        parts.append(f"expires {key.expires_at.astimezone(UTC):%Y-%m-%d %H:%M} UTC")
+    return ", ".join(parts)
+
+
+def key_by_prefix(prefix: str) -> ApiKey:
+    """The one active key whose visible prefix starts with `prefix`."""
     matches = list(ApiKey.objects.filter(prefix__startswith=prefix, revoked_at__isnull=True)[:2])
     if not prefix or not matches:
         raise KeyOperationError(f"No active key has the prefix {prefix!r}.")
@@ -190,7 +262,12 @@ def key_revoke(*, prefix: str, actor: Actor = "manage.py revokekey") -> ApiKey:
         raise KeyOperationError(
             f"More than one active key has the prefix {prefix!r}; give more of it."
         )
-    return key_revoke_by_id(key_id=matches[0].pk, actor=actor)
+    return matches[0]
+
+
+def key_revoke(*, prefix: str, actor: Actor = "manage.py revokekey") -> ApiKey:
+    """Revoke the one active key whose visible prefix starts with `prefix`."""
+    return key_revoke_by_id(key_id=key_by_prefix(prefix).pk, actor=actor)
 
 
 @transaction.atomic

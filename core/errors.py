@@ -9,8 +9,9 @@
     │   ├── InvalidToolChoice       400 invalid_tool_choice
     │   ├── InvalidImage            400 invalid_image
     │   └── ContextLengthExceeded   400 context_length_exceeded
-    ├── AuthenticationError         401 missing_key / invalid_key
+    ├── AuthenticationError         401 missing_key / invalid_key / expired_key
     ├── InsufficientQuota           402 insufficient_quota   (a budget cannot pay for it)
+    ├── ModelNotAllowed             403 model_not_allowed    (the key is limited to others)
     ├── RouteNotFound               404 not_found
     ├── ModelNotFound               404 model_not_found
     ├── MethodNotAllowed            405 method_not_allowed
@@ -105,6 +106,14 @@ class InsufficientQuota(MortarError):
     status = 402
     type = "insufficient_quota"
     code = "insufficient_quota"
+
+
+class ModelNotAllowed(MortarError):
+    """The key may use only some models of the catalog, and this is not one of them."""
+
+    status = 403
+    type = "invalid_request_error"
+    code = "model_not_allowed"
 
 
 class RouteNotFound(MortarError):

@@ -15,18 +15,18 @@ def usage_rollups_refresh_without_beat() -> None:
         usage_rollups_keep_fresh()
 
 
-async def generation_stop(*, run_id: str) -> bool:
-    """Stop the run's generation on whichever worker runs it; True if it was stopped.
+async def generation_stop(*, run_id: str, organizations: frozenset[int] | None = None) -> bool:
+    """Stop the run's generation on whichever worker runs it, if it is one of `organizations`'
+    (None: any); True if it was stopped.
 
     The stop is scoped to the run's own organization, as the API's stop is: the dashboard
     acts for staff across organizations, the registry's compare-and-delete stays the judge of
     whether the generation is still running.
     """
-    organization_id = (
-        await Run.objects.filter(pk=run_id, status=Run.Status.IN_PROGRESS)
-        .values_list("organization_id", flat=True)
-        .afirst()
-    )
+    in_progress = Run.objects.filter(pk=run_id, status=Run.Status.IN_PROGRESS)
+    if organizations is not None:
+        in_progress = in_progress.filter(organization_id__in=organizations)
+    organization_id = await in_progress.values_list("organization_id", flat=True).afirst()
     if organization_id is None:
         return False
     return await live_generations().stop(run_id, organization_id)

@@ -109,7 +109,9 @@ async def stop_generation(
     response=MODELS_RESPONSES,
 )
 async def models(request: ApiRequest) -> HttpResponse:
-    """List the model catalog, with each model's context window and whether it is deployed."""
+    """List the model catalog, with each model's context window and whether it is deployed
+    (a key limited to some models lists those only)."""
+    key = key_of(request)
     return json_response(
         {
             "object": "list",
@@ -124,6 +126,7 @@ async def models(request: ApiRequest) -> HttpResponse:
                     "deployed": model.is_servable,
                 }
                 for model in await model_list()
+                if key.allows_model(model.id)
             ],
         }
     )

@@ -97,7 +97,8 @@ def test_chat_completions_declares_its_body_and_answers(document: dict[str, Any]
     )
     answers = operation["responses"]
     assert set(answers) == {
-        *("200", "400", "401", "402", "404", "409", "413", "429", "502", "503", "504", "529")
+        *("200", "400", "401", "402", "403", "404", "409", "413", "429", "502", "503", "504"),
+        "529",
     }
     assert_spend_control_answers(answers)
     assert answers["200"]["content"]["application/json"]["schema"] == {
@@ -107,7 +108,7 @@ def test_chat_completions_declares_its_body_and_answers(document: dict[str, Any]
     assert stream["properties"]["data"]["anyOf"][0]["contentSchema"]["anyOf"][0] == {
         "$ref": "#/components/schemas/ChatCompletionChunk"
     }
-    for status in ("400", "401", "402", "404", "413", "429", "502", "529"):
+    for status in ("400", "401", "402", "403", "404", "413", "429", "502", "529"):
         assert answers[status]["content"]["application/json"]["schema"] == {
             "$ref": "#/components/schemas/ErrorEnvelope"
         }
@@ -128,7 +129,8 @@ def test_messages_declares_its_body_and_answers_in_anthropics_envelope(
     )
     answers = operation["responses"]
     assert set(answers) == {
-        *("200", "400", "401", "402", "404", "409", "413", "429", "502", "503", "504", "529")
+        *("200", "400", "401", "402", "403", "404", "409", "413", "429", "502", "503", "504"),
+        "529",
     }
     assert_spend_control_answers(answers)
     assert answers["200"]["content"]["application/json"]["schema"] == {
@@ -137,7 +139,7 @@ def test_messages_declares_its_body_and_answers_in_anthropics_envelope(
     assert "request-id" in answers["200"]["headers"]
     stream = answers["200"]["content"]["text/event-stream"]["schema"]
     assert stream["required"] == ["event", "data"]
-    for status in ("400", "401", "402", "404", "413", "429", "502", "503", "504", "529"):
+    for status in ("400", "401", "402", "403", "404", "413", "429", "502", "503", "504", "529"):
         assert answers[status]["content"]["application/json"]["schema"] == {
             "$ref": "#/components/schemas/AnthropicErrorEnvelope"
         }

@@ -22,6 +22,7 @@ from django.db.models.functions import Coalesce, TruncDate
 from accounts.models import Organization
 from dashboard.selectors.catalog import key_labels
 from dashboard.selectors.overview import fresh_since
+from dashboard.selectors.scope import of_organizations
 from dashboard.selectors.spend.sums import summed_decimal
 from telemetry.models import Run, UsageRollup
 from telemetry.services.rollups import usage_rollups_watermark
@@ -55,6 +56,7 @@ class AuditQuery:
     since: date
     until: date  # inclusive
     organization_id: int | None = None
+    organizations: frozenset[int] | None = None  # those the user sees; None: every one
     group: tuple[str, ...] = DEFAULT_GROUP
     sort: str = "-cost"
 
@@ -92,9 +94,8 @@ def _sources(query: AuditQuery, *, now: datetime) -> list[QuerySet[Any, Any]]:
     runs = Run.objects.filter(accepted_at__gte=max(start, fresh), accepted_at__lt=end).exclude(
         status=Run.Status.IN_PROGRESS
     )
-    if query.organization_id is not None:
-        rollups = rollups.filter(organization_id=query.organization_id)
-        runs = runs.filter(organization_id=query.organization_id)
+    rollups = of_organizations(rollups, query.organization_id, query.organizations)
+    runs = of_organizations(runs, query.organization_id, query.organizations)
     from_rollups = (
         rollups.annotate(
             a_organization=F("organization_id"),

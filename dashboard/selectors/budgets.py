@@ -30,10 +30,13 @@ class BudgetRow:
         return int(min(used, Decimal(100)))
 
 
-def budget_rows(*, now: datetime) -> list[BudgetRow]:
-    """Every organization's budget, each followed by its keys' budgets."""
+def budget_rows(*, now: datetime, organizations: frozenset[int] | None = None) -> list[BudgetRow]:
+    """Every organization's budget (of `organizations`; None: every one), each followed by its
+    keys' budgets."""
     rows = []
     for owned in budget_standings(now=now):
+        if organizations is not None and owned.organization.pk not in organizations:
+            continue
         organization, key = owned.organization.name, owned.key
         if key is None:
             rows.append(BudgetRow("organization", organization, organization, owned.standing))

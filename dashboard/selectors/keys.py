@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from accounts.models import ApiKey, KeyChange, SpendLimits
 from dashboard.selectors.overview import fresh_since
+from dashboard.selectors.scope import of_organizations
 from telemetry.models import Run, UsageRollup
 from telemetry.services.rollups import usage_rollups_watermark
 
@@ -55,14 +56,17 @@ def period_start(period: str, *, now: datetime) -> datetime | None:
     return now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
 
 
-def key_rows(*, now: datetime | None = None) -> list[KeyRow]:
-    """Every key, active ones first, each organization's together, newest first within it."""
+def key_rows(
+    *, now: datetime | None = None, organizations: frozenset[int] | None = None
+) -> list[KeyRow]:
+    """Every key (of `organizations`; None: every one), active ones first, each
+    organization's together, newest first within it."""
     now = now or timezone.now()
     newest_run = (
         Run.objects.filter(api_key=OuterRef("pk")).order_by("-accepted_at").values("accepted_at")
     )
     keys = list(
-        ApiKey.objects.select_related("organization")
+        of_organizations(ApiKey.objects.select_related("organization"), None, organizations)
         .annotate(last_used=Subquery(newest_run[:1]))
         .order_by(F("revoked_at").asc(nulls_first=True), "organization__name", "-created_at", "-id")
     )
@@ -112,8 +116,12 @@ def _spend_by_key(
     return spent
 
 
-def key_changes(*, limit: int = AUDIT_ENTRIES) -> list[KeyChange]:
-    """The latest changes made to keys, newest first, with their key and organization."""
-    return list(
-        KeyChange.objects.select_related("key__organization").order_by("-at", "-id")[:limit]
-    )
+def key_changes(
+    *, limit: int = AUDIT_ENTRIES, organizations: frozenset[int] | None = None
+) -> list[KeyChange]:
+    """The latest changes made to keys (of `organizations`; None: every one), newest first,
+    with their key and organization."""
+    changes = KeyChange.objects.select_related("key__organization")
+    if organizations is not None:
+        changes = changes.filter(key__organization_id__in=organizations)
+    return list(changes.order_by("-at", "-id")[:limit])

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from django.utils import timezone
 
 from dashboard.selectors.replies import Reply, reply_of
+from dashboard.selectors.scope import of_organizations
 from gateway.tokens import TokenCounter, default_counter
 from telemetry.models import Run, RunChunk
 
@@ -46,15 +47,21 @@ class InFlight:
         }
 
 
-def generations_in_flight(*, now: datetime | None = None) -> list[InFlight]:
-    """The newest in-progress runs, with the tokens of the reply stored so far.
+def generations_in_flight(
+    *, now: datetime | None = None, organizations: frozenset[int] | None = None
+) -> list[InFlight]:
+    """The newest in-progress runs (of `organizations`; None: every one), with the tokens of the
+    reply stored so far.
 
     Tokens are counted with the gateway's counter over the reply text put back together from
     the chunks the run writer has stored (they lag the stream by at most one writer batch).
     """
     now = now or timezone.now()
+    in_progress = Run.objects.filter(
+        status=Run.Status.IN_PROGRESS, accepted_at__gte=now - IN_FLIGHT_WINDOW
+    )
     runs = list(
-        Run.objects.filter(status=Run.Status.IN_PROGRESS, accepted_at__gte=now - IN_FLIGHT_WINDOW)
+        of_organizations(in_progress, None, organizations)
         .select_related("organization")
         .only(
             "id",

@@ -32,6 +32,7 @@ from django.db.models import Count, DurationField, ExpressionWrapper, F, QuerySe
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
+from dashboard.selectors.scope import of_organizations
 from telemetry.models import Run, UsageRollup
 from telemetry.services.rollups import IS_ERROR, usage_rollups_watermark
 
@@ -50,6 +51,7 @@ class OverviewFilters:
     since: datetime
     until: datetime
     organization_id: int | None = None
+    organizations: frozenset[int] | None = None  # those the user sees; None: every one
     model: str = ""
     deployment: str = ""
 
@@ -100,8 +102,7 @@ def _rollups(filters: OverviewFilters, *, before: datetime) -> QuerySet[UsageRol
 def _narrowed(rows: QuerySet[M], filters: OverviewFilters) -> QuerySet[M]:
     """`rows` (rollups or runs: both have these fields) of the filters' organization, model
     and deployment."""
-    if filters.organization_id is not None:
-        rows = rows.filter(organization_id=filters.organization_id)
+    rows = of_organizations(rows, filters.organization_id, filters.organizations)
     if filters.model:
         rows = rows.filter(model=filters.model)
     if filters.deployment:
@@ -154,8 +155,7 @@ def _sample(filters: OverviewFilters) -> QuerySet[Run]:
         status=Run.Status.COMPLETED,
         finished_at__isnull=False,
     )
-    if filters.organization_id is not None:
-        runs = runs.filter(organization_id=filters.organization_id)
+    runs = of_organizations(runs, filters.organization_id, filters.organizations)
     if filters.model:
         runs = runs.filter(model=filters.model)
     if filters.deployment:

@@ -61,6 +61,7 @@ _TERMS = re.compile(r'"([^"]+)"|(\S+)')
 @dataclass(frozen=True)
 class RunFilters:
     organization_id: int | None = None
+    organizations: frozenset[int] | None = None  # those the user sees; None: every one
     api_key_id: int | None = None
     model: str = ""
     deployment: str = ""
@@ -129,6 +130,8 @@ def filtered_runs(filters: RunFilters) -> QuerySet[Run]:
         "end_user": filters.end_user,
     }
     runs = runs.filter(**{name: value for name, value in exact.items() if value not in (None, "")})
+    if filters.organizations is not None:
+        runs = runs.filter(organization_id__in=filters.organizations)
     bounds = {
         "accepted_at__gte": filters.since,
         "accepted_at__lt": filters.until,

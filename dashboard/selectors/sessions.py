@@ -26,6 +26,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Cast, Coalesce, NullIf
 
+from dashboard.selectors.scope import of_organizations
 from telemetry.models import Run
 
 SESSION_LIMIT = 200
@@ -47,6 +48,7 @@ SESSION_SORTS = {
 class SessionQuery:
     since: datetime
     organization_id: int | None = None
+    organizations: frozenset[int] | None = None  # those the user sees; None: every one
     sort: str = "-last_seen"
 
 
@@ -60,8 +62,7 @@ def _share(part: Any, whole: Any) -> ExpressionWrapper[Any]:
 def session_summaries(query: SessionQuery, *, limit: int = SESSION_LIMIT) -> list[dict[str, Any]]:
     """Up to `limit` sessions with runs since `query.since`, sorted as asked."""
     runs = Run.objects.filter(accepted_at__gte=query.since).exclude(session="")
-    if query.organization_id is not None:
-        runs = runs.filter(organization_id=query.organization_id)
+    runs = of_organizations(runs, query.organization_id, query.organizations)
     order = SESSION_SORTS.get(query.sort, "-last_seen")
     descending = order.startswith("-")
     sessions = (

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 from django import template
 from django.urls import reverse
 
+from dashboard.access import Access, access_of
 from mortar import __version__
 
 register = template.Library()
@@ -22,6 +24,12 @@ def asset(path: str) -> str:
 def mortar_version() -> str:
     """The release this server runs, for the footer of every page."""
     return __version__
+
+
+@register.filter
+def dashboard_access(user: Any) -> Access | None:
+    """`user|dashboard_access`: what the user may see on the dashboard, or None (nothing)."""
+    return access_of(user)
 
 
 @register.filter

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from django.http import (
     HttpRequest,
     HttpResponse,
@@ -18,7 +20,7 @@ from dashboard.selectors.audit import DEFAULT_GROUP, audit_csv_rows, audit_page,
 from dashboard.selectors.catalog import (
     organization_choices,
 )
-from dashboard.views import staff_required
+from dashboard.views import access, member_required
 
 AUDIT_MEASURE_LABELS = [
     ("requests", "Requests"),
@@ -30,15 +32,16 @@ AUDIT_MEASURE_LABELS = [
 ]
 
 
-@staff_required
+@member_required
 @require_GET
 def audit(request: HttpRequest) -> HttpResponse:
     data = request.GET.copy()
     if "group" not in data:
         data.setlist("group", list(DEFAULT_GROUP))
-    form = AuditForm(data, organizations=organization_choices())
+    seen = access(request).organizations
+    form = AuditForm(data, organizations=organization_choices(seen))
     services.usage_rollups_refresh_without_beat()
-    query = form.query(today=timezone.now().date())
+    query = replace(form.query(today=timezone.now().date()), organizations=seen)
     if request.GET.get("format") == "csv":
         if not form.is_valid():  # a download has no page to say it on
             return HttpResponseBadRequest(

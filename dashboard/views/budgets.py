@@ -11,11 +11,12 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from dashboard.selectors.budgets import budget_rows
-from dashboard.views import staff_required
+from dashboard.views import access, admin_required
 
 
-@staff_required
+@admin_required
 @require_GET
 def budgets(request: HttpRequest) -> HttpResponse:
     """Spend against budget per organization and key, in the current period."""
-    return render(request, "dashboard/budgets.html", {"rows": budget_rows(now=timezone.now())})
+    rows = budget_rows(now=timezone.now(), organizations=access(request).managed_organizations)
+    return render(request, "dashboard/budgets.html", {"rows": rows})

@@ -16,38 +16,40 @@ from django.views.decorators.http import require_GET, require_POST
 from dashboard import services
 from dashboard.selectors.catalog import key_choices, model_names, organization_choices
 from dashboard.selectors.live import generations_in_flight
-from dashboard.views import staff_required
+from dashboard.views import access, admin_required, member_required
 
 
-@staff_required
+@member_required
 @require_GET
 def live(request: HttpRequest) -> HttpResponse:
-    now = timezone.now()
+    now, seen = timezone.now(), access(request).organizations
+    in_flight = generations_in_flight(now=now, organizations=seen)
     return render(
         request,
         "dashboard/live.html",
         {
-            "in_flight": [run.as_json(now=now) for run in generations_in_flight(now=now)],
-            "organizations": dict(organization_choices()),
-            "keys": dict(key_choices()),
+            "in_flight": [run.as_json(now=now) for run in in_flight],
+            "organizations": dict(organization_choices(seen)),
+            "keys": dict(key_choices(seen)),
             "models": model_names(),
         },
     )
 
 
-@staff_required
+@member_required
 @require_GET
 def live_generations(request: HttpRequest) -> JsonResponse:
     now = timezone.now()
-    return JsonResponse(
-        {"generations": [run.as_json(now=now) for run in generations_in_flight(now=now)]}
-    )
+    in_flight = generations_in_flight(now=now, organizations=access(request).organizations)
+    return JsonResponse({"generations": [run.as_json(now=now) for run in in_flight]})
 
 
-@staff_required
+@admin_required
 @require_POST
 async def stop_generation(request: HttpRequest, run_id: str) -> HttpResponse:
-    stopped = await services.generation_stop(run_id=run_id)
+    stopped = await services.generation_stop(
+        run_id=run_id, organizations=access(request).managed_organizations
+    )
     if request.headers.get("Accept", "").startswith("application/json"):
         return JsonResponse({"stopped": stopped, "id": run_id}, status=200 if stopped else 404)
     return redirect("dashboard:live")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from django.http import (
     HttpRequest,
     HttpResponse,
@@ -18,20 +20,21 @@ from dashboard.selectors.catalog import (
     organization_choices,
 )
 from dashboard.selectors.overview import overview as overview_of
-from dashboard.views import staff_required
+from dashboard.views import access, member_required
 
 
-@staff_required
+@member_required
 @require_GET
 def overview(request: HttpRequest) -> HttpResponse:
+    seen = access(request).organizations
     form = OverviewForm(
         request.GET,
-        organizations=organization_choices(),
+        organizations=organization_choices(seen),
         models=model_names(),
         deployments=deployment_names(),
     )
     services.usage_rollups_refresh_without_beat()
-    filters = form.filters(now=timezone.now())
+    filters = replace(form.filters(now=timezone.now()), organizations=seen)
     figures = overview_of(filters)
     charts = {"hours": figures.hours, "series": figures.series}
     return render(

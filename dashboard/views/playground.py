@@ -11,32 +11,37 @@ from django.views.decorators.http import require_GET, require_POST
 from core.http.requests import request_id_from
 from dashboard.selectors.sending import active_key, active_key_choices, servable_model_names
 from dashboard.sending_forms import PlaygroundForm
-from dashboard.views import staff_required
+from dashboard.views import access, admin_required
 from gateway.inprocess import send_for_key
 from gateway.pipeline.surface import CHAT_COMPLETIONS
 
 
-def _form(data: dict[str, str] | None = None) -> PlaygroundForm:
-    return PlaygroundForm(data, keys=active_key_choices(), models=servable_model_names())
+def _form(managed: frozenset[int] | None, data: dict[str, str] | None = None) -> PlaygroundForm:
+    """The form, offering the keys of the organizations the user manages (None: every one)."""
+    return PlaygroundForm(
+        data, keys=active_key_choices(organizations=managed), models=servable_model_names()
+    )
 
 
-@staff_required
+@admin_required
 @require_GET
 def playground(request: HttpRequest) -> HttpResponse:
-    return render(request, "dashboard/playground.html", {"form": _form()})
+    form = _form(access(request).managed_organizations)
+    return render(request, "dashboard/playground.html", {"form": form})
 
 
-@staff_required
+@admin_required
 @require_POST
 async def playground_send(request: HttpRequest) -> HttpResponseBase:
     """Send the prompt as the chosen key: the gateway's own answer, streamed as it comes (the
     run's id in `X-Mortar-Run-Id`), or the form's errors as JSON (400)."""
-    form = await sync_to_async(_valid_form)(request.POST.dict())
+    managed = access(request).managed_organizations
+    form = await sync_to_async(_valid_form)(managed, request.POST.dict())
     if form.errors:
         return JsonResponse({"errors": form.errors}, status=400)
     key = await sync_to_async(active_key)(form.cleaned_data["key"])
-    if key is None:  # revoked since the page was loaded
-        return JsonResponse({"errors": {"key": ["The key was revoked."]}}, status=400)
+    if key is None:  # revoked or expired since the page was loaded
+        return JsonResponse({"errors": {"key": ["The key was revoked or expired."]}}, status=400)
     user = await request.auser()
     return await send_for_key(
         key=key,
@@ -50,7 +55,7 @@ async def playground_send(request: HttpRequest) -> HttpResponseBase:
     )
 
 
-def _valid_form(data: dict[str, str]) -> PlaygroundForm:
-    form = _form(data)
+def _valid_form(managed: frozenset[int] | None, data: dict[str, str]) -> PlaygroundForm:
+    form = _form(managed, data)
     form.is_valid()
     return form

@@ -7,18 +7,20 @@ import asyncio
 from dataclasses import dataclass
 
 from asgiref.sync import sync_to_async
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 
 from core.errors import RunGone
 from core.http.requests import request_id_from
+from dashboard.access import Access
 from dashboard.selectors.compare import run_comparison
 from dashboard.selectors.images import body_as_received
 from dashboard.selectors.runs import body_text, run_detail
 from dashboard.selectors.sending import active_key, active_key_choices, servable_model_names
 from dashboard.sending_forms import RerunForm
-from dashboard.views import staff_required
+from dashboard.views import access, admin_required, member_required, seen_or_404
 from gateway.inprocess import drained
 from gateway.reruns import rerun_send, rerun_source
 from telemetry.models import Run
@@ -35,10 +37,12 @@ class RerunPage:
     sendable: bool
 
 
-def _rerun_page(run_id: str, data: dict[str, str] | None = None) -> RerunPage:
+def _rerun_page(found: Access, run_id: str, data: dict[str, str] | None = None) -> RerunPage:
     run = run_detail(run_id)
-    if run is None:
+    if run is None or not found.sees(run.organization_id):
         raise Http404(f"No run {run_id}")
+    if not found.manages(run.organization_id):
+        raise PermissionDenied("Only the organization's admins may re-run its runs.")
     stored = body_as_received(run.pk, run.request_body)
     initial = {
         "request": body_text(stored) or "",
@@ -54,13 +58,13 @@ def _rerun_page(run_id: str, data: dict[str, str] | None = None) -> RerunPage:
     return RerunPage(run=run, form=form, sendable=stored is not None and not run.request_truncated)
 
 
-@staff_required
+@admin_required
 @require_http_methods(["GET", "POST"])
 async def run_rerun(request: HttpRequest, run_id: str) -> HttpResponseBase:
     """GET: the form (the stored request to edit, a key and a model); POST: send it and show
     the comparison."""
     data = request.POST.dict() if request.method == "POST" else None
-    page = await sync_to_async(_rerun_page)(run_id, data)
+    page = await sync_to_async(_rerun_page)(access(request), run_id, data)
     if request.method == "POST" and page.sendable and page.form.is_valid():
         new_id = await _send(request, page)
         if new_id is not None:
@@ -115,12 +119,14 @@ async def _stored(run_id: str) -> None:
         await asyncio.sleep(0.05)
 
 
-@staff_required
+@member_required
 @require_GET
 def run_compare(request: HttpRequest, run_id: str, other_id: str) -> HttpResponse:
     comparison = run_comparison(run_id, other_id)
     if comparison is None:
         raise Http404(f"No run {run_id} or {other_id}")
+    for compared in (comparison.left, comparison.right):
+        seen_or_404(request, compared.run.organization_id, f"run {compared.run.pk}")
     return render(
         request,
         "dashboard/compare.html",

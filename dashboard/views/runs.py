@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 import orjson
@@ -37,26 +38,27 @@ from dashboard.selectors.runs import (
     run_timeline,
     runs_page,
 )
-from dashboard.views import staff_required
+from dashboard.views import access, member_required, seen_or_404
 from replay.selectors import chunks_after
 from replay.streaming import replay_events
 from telemetry.models import Run
 
 
-@staff_required
+@member_required
 @require_GET
 def runs(request: HttpRequest) -> HttpResponse:
+    seen = access(request).organizations
     form = RunFilterForm(
         request.GET,
-        organizations=organization_choices(),
-        keys=key_choices(),
+        organizations=organization_choices(seen),
+        keys=key_choices(seen),
         models=model_names(),
         deployments=deployment_names(),
-        end_users=end_user_names(),
+        end_users=end_user_names(organizations=seen),
         error_codes=error_codes(),
     )
     before, after = form.cursors()
-    page = runs_page(form.filters(), before=before, after=after)
+    page = runs_page(replace(form.filters(), organizations=seen), before=before, after=after)
     query = request.GET.copy()
     for name in ("before", "after"):
         query.pop(name, None)
@@ -67,17 +69,19 @@ def runs(request: HttpRequest) -> HttpResponse:
     )
 
 
-def _run_or_404(run_id: str) -> Run:
+def _run_or_404(request: HttpRequest, run_id: str) -> Run:
+    """The run, if it is of an organization the user sees."""
     run = run_detail(run_id)
     if run is None:
         raise Http404(f"No run {run_id}")
+    seen_or_404(request, run.organization_id, f"run {run_id}")
     return run
 
 
-@staff_required
+@member_required
 @require_GET
 def run(request: HttpRequest, run_id: str) -> HttpResponse:
-    found = _run_or_404(run_id)
+    found = _run_or_404(request, run_id)
     timeline = run_timeline(found.pk)
     return render(
         request,
@@ -112,10 +116,11 @@ def _pretty(value: object) -> str | None:
     return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
 
 
-@staff_required
+@member_required
 @require_GET
 def run_image(request: HttpRequest, run_id: str, position: int) -> HttpResponse:
     """The bytes of one of the run's images, for its page's thumbnails (and a full view)."""
+    _run_or_404(request, run_id)
     found = run_image_of(run_id, position)
     if found is None:
         raise Http404(f"No image {position} in run {run_id}")
@@ -127,17 +132,17 @@ def run_image(request: HttpRequest, run_id: str, position: int) -> HttpResponse:
     return response
 
 
-@staff_required
+@member_required
 @require_GET
 def run_download(request: HttpRequest, run_id: str) -> HttpResponse:
-    found = _run_or_404(run_id)
+    found = _run_or_404(request, run_id)
     body = orjson.dumps(run_export(found), option=orjson.OPT_INDENT_2, default=str)
     response = HttpResponse(body, content_type="application/json")
     response["Content-Disposition"] = f'attachment; filename="{found.pk}.json"'
     return response
 
 
-@staff_required
+@member_required
 @require_GET
 async def run_replay(request: HttpRequest, run_id: str) -> HttpResponseBase:
     """The stored stream, byte for byte (as `/v1/.../runs/{id}` sends it), for the page's
@@ -145,6 +150,7 @@ async def run_replay(request: HttpRequest, run_id: str) -> HttpResponseBase:
     found = await Run.objects.filter(pk=run_id).afirst()
     if found is None:
         raise Http404(f"No run {run_id}")
+    seen_or_404(request, found.organization_id, f"run {run_id}")
     if found.stream is False:
         chunks = await chunks_after(found.pk, -1, limit=1)
         body = bytes(chunks[0].data) if chunks else b"{}"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from django.http import (
     HttpRequest,
     HttpResponse,
@@ -15,14 +17,15 @@ from dashboard.selectors.catalog import (
     organization_choices,
 )
 from dashboard.selectors.sessions import session_summaries
-from dashboard.views import staff_required
+from dashboard.views import access, member_required
 
 
-@staff_required
+@member_required
 @require_GET
 def sessions(request: HttpRequest) -> HttpResponse:
-    form = SessionForm(request.GET, organizations=organization_choices())
-    query = form.query(now=timezone.now())
+    seen = access(request).organizations
+    form = SessionForm(request.GET, organizations=organization_choices(seen))
+    query = replace(form.query(now=timezone.now()), organizations=seen)
     params = request.GET.copy()
     params.pop("sort", None)
     return render(

@@ -4,6 +4,7 @@ time, errors, latency and TTFT histograms, each table also as CSV."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import datetime
 
 from django.http import HttpRequest, HttpResponse
@@ -23,7 +24,7 @@ from dashboard.selectors.spend import (
     spend_totals,
     usage_by,
 )
-from dashboard.views import staff_required
+from dashboard.views import access, member_required
 
 # The breakdowns drawn as spend over time, in the page's order.
 CHARTED = (
@@ -44,13 +45,14 @@ USAGE_HEADER = [
 ]
 
 
-@staff_required
+@member_required
 @require_GET
 def spend(request: HttpRequest) -> HttpResponse:
-    form = SpendForm(request.GET, organizations=organization_choices())
+    seen = access(request).organizations
+    form = SpendForm(request.GET, organizations=organization_choices(seen))
     services.usage_rollups_refresh_without_beat()
     now = timezone.now()
-    filters = form.filters(now=now)
+    filters = replace(form.filters(now=now), organizations=seen)
     if request.GET.get("format") == "csv" and form.csv_table():
         return _csv(filters, form.csv_table(), now=now)
     breakdowns = {d: usage_by(filters, d, now=now) for d, _ in CHARTED}

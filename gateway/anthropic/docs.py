@@ -65,7 +65,7 @@ MESSAGE_HEADERS = {
     },
 }
 
-_ERRORS = (400, 401, 402, 404, 409, 413, 429, 502, 503, 504, 529)
+_ERRORS = (400, 401, 402, 403, 404, 409, 413, 429, 502, 503, 504, 529)
 MESSAGE_RESPONSES = {200: Message, **error_responses(*_ERRORS, envelope=ANTHROPIC_ENVELOPE)}
 MESSAGE_DOCS: dict[str, Any] = {
     "parameters": [*CHAT_REQUEST_HEADERS, *ANTHROPIC_HEADERS],
@@ -102,7 +102,11 @@ MESSAGE_DOCS: dict[str, Any] = {
             },
         },
         400: {"description": "The body or a Mortar header is not valid (`invalid_request_error`)."},
-        401: {"description": "No API key, or one that is not valid (`authentication_error`)."},
+        401: {
+            "description": "No API key, or one that is not valid or past its expiry "
+            "(`authentication_error`)."
+        },
+        403: {"description": "The key may not use this model (`permission_error`)."},
         404: {
             "description": "`model` isn't in the catalog (`not_found_error`).",
             "content": json_content(examples={"not_found_error": {"value": NOT_FOUND}}),
@@ -121,7 +125,7 @@ MESSAGE_DOCS: dict[str, Any] = {
 
 COUNT_TOKENS_RESPONSES = {
     200: TokenCount,
-    **error_responses(400, 401, 404, 413, 503, envelope=ANTHROPIC_ENVELOPE),
+    **error_responses(400, 401, 403, 404, 413, 503, envelope=ANTHROPIC_ENVELOPE),
 }
 COUNT_TOKENS_DOCS: dict[str, Any] = {
     # The headers that change what is counted: the optimizer and named tool selection.

@@ -27,8 +27,14 @@
         finish_chunk_delta: false                  # optional: "delta": {} on the finish chunk
         budget: {usd: 25.00, period: month}        # optional: period day | month | total
         rate_limits: {requests_per_minute: 600, tokens_per_minute: 200000}  # optional
+    keys:
+      - prefix: mk-1a2b3c4d                        # an active key's visible prefix
+        models: [qwen-upstream]                    # optional: the only models it may use
+        expires_at: 2027-01-31T00:00:00Z           # optional: when it stops working (UTC)
 
 Applying is idempotent: each entry is created or updated by its name; nothing is deleted.
+Keys are made with `manage.py createkey` (their secrets never go in a file); an entry of `keys`
+sets the policy of the one active key whose visible prefix starts with `prefix`.
 A deployment without `upstreams` is a scripted one (`scripted_delay_ms` sets its pace).
 A deployment's `usage_count` says who counts a reply's tokens when the model server's stream
 reports no usage: Mortar's estimate (the default), or the model server's own counting endpoint
@@ -40,6 +46,7 @@ served on is refused with 400, naming the route that serves it.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, Literal
 
@@ -54,6 +61,7 @@ from accounts.models import (
     RETENTION_DAYS_MAX,
     Organization,
 )
+from accounts.services import KeyOperationError, KeyPolicy, key_by_prefix, key_policy_set
 from gateway.catalog.extra_fields import extra_fields_problems
 from gateway.catalog.upstream_urls import upstream_url_problem
 from gateway.models import (
@@ -196,10 +204,34 @@ class OrganizationEntry(_Strict):
         }
 
 
+class KeyEntry(_Strict):
+    prefix: str = Field(min_length=4, max_length=16)
+    models: list[str] = Field(default_factory=list)  # absent: every model
+    expires_at: datetime | None = None  # absent: never; no zone: UTC
+
+    @field_validator("models")
+    @classmethod
+    def _distinct_models(cls, models: list[str]) -> list[str]:
+        if len(set(models)) != len(models):
+            raise ValueError("a model is listed twice")
+        return models
+
+    def policy(self) -> KeyPolicy:
+        expires_at = self.expires_at
+        if expires_at is not None:
+            expires_at = (
+                expires_at.replace(tzinfo=UTC)
+                if expires_at.tzinfo is None
+                else expires_at.astimezone(UTC)
+            )
+        return KeyPolicy(allowed_models=tuple(self.models), expires_at=expires_at)
+
+
 class ConfigFile(_Strict):
     deployments: list[DeploymentEntry] = Field(default_factory=list)
     models: list[ModelEntry] = Field(default_factory=list)
     organizations: list[OrganizationEntry] = Field(default_factory=list)
+    keys: list[KeyEntry] = Field(default_factory=list)
 
 
 def parse_config(text: str) -> ConfigFile:
@@ -282,6 +314,19 @@ def config_apply(config: ConfigFile) -> list[str]:
             },
         )
         changes.append(f"{'created' if created else 'updated'} model {model.id}")
+    catalog = set(CatalogModel.objects.values_list("id", flat=True))
+    for key_entry in config.keys:
+        unknown = [name for name in key_entry.models if name not in catalog]
+        if unknown:
+            raise ConfigError(
+                f"key {key_entry.prefix!r} names unknown models: {', '.join(unknown)}"
+            )
+        try:
+            key = key_by_prefix(key_entry.prefix)
+        except KeyOperationError as exc:
+            raise ConfigError(f"key {key_entry.prefix!r}: {exc}") from None
+        if key_policy_set(key_id=key.pk, policy=key_entry.policy(), actor="manage.py applyconfig"):
+            changes.append(f"updated key {key.prefix}")
     for organization in config.organizations:
         _, created = Organization.objects.update_or_create(
             name=organization.name,

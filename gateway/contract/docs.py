@@ -140,7 +140,7 @@ SPEND_CONTROL_DOCS: dict[int, dict[str, Any]] = {
 
 CHAT_COMPLETION_RESPONSES = {
     200: ChatCompletion,
-    **error_responses(400, 401, 402, 404, 409, 413, 429, 502, 503, 504, 529),
+    **error_responses(400, 401, 402, 403, 404, 409, 413, 429, 502, 503, 504, 529),
 }
 
 CHAT_COMPLETION_DOCS: dict[str, Any] = {
@@ -167,7 +167,11 @@ CHAT_COMPLETION_DOCS: dict[str, Any] = {
             },
         },
         400: {"description": "The body or a Mortar header is not valid (the `code` says how)."},
-        401: {"description": "No API key, or one that is not valid."},
+        401: {
+            "description": "No API key, or one that is not valid (`invalid_key`) or past its "
+            "expiry (`expired_key`)."
+        },
+        403: {"description": "The key may not use this model (`model_not_allowed`)."},
         404: {
             "description": "`model` isn't in the catalog.",
             "content": json_content(examples={"model_not_found": {"value": MODEL_NOT_FOUND}}),

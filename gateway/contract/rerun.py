@@ -31,7 +31,7 @@ RERUN_EXAMPLES: dict[str, dict[str, Any]] = {
 
 RERUN_RESPONSES = {
     200: ChatCompletion,
-    **error_responses(400, 401, 402, 404, 409, 410, 413, 429, 502, 503, 504, 529),
+    **error_responses(400, 401, 402, 403, 404, 409, 410, 413, 429, 502, 503, 504, 529),
 }
 
 _chat_responses: dict[int, Any] = CHAT_COMPLETION_DOCS["responses"]

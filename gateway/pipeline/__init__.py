@@ -1,9 +1,9 @@
 """The completion pipeline, in the order a request goes through it.
 
-    authenticate (the operation's auth) → accept → read body → validate → resolve model →
-    images (a model with vision) → session → tool selector → prompt optimizer → count tokens,
-    plan the output cap → rate limits → hold on the budgets → dedupe →
-    generate (scripted, or forward to the session's replica) → relay chunks → record
+    authenticate (the operation's auth) → accept → read body → validate → resolve model (one
+    the key may use) → images (a model with vision) → session → tool selector →
+    prompt optimizer → count tokens, plan the output cap → rate limits → hold on the budgets →
+    dedupe → generate (scripted, or forward to the session's replica) → relay chunks → record
 
 One pipeline for both API surfaces: `chat_completion` (OpenAI's chat completions) and
 `message_create` (Anthropic's Messages) differ only in their `Surface` (`surface.py`): how the
@@ -80,7 +80,7 @@ async def complete(
 
     try:
         body = received.within_limit()
-        await plan(request, body, organization, decided)
+        await plan(request, body, key, decided)
         await rate_limits_check(key=key, decided=decided)
         await hold_budget(key, decided)
         claim = None
@@ -123,7 +123,7 @@ async def message_token_count(request: ApiRequest, key: ApiKey) -> int:
     chat = validate_count_tokens_request(body)
     mortar_headers = read_mortar_headers(request)
     decided = Plan(run_id="", surface=MESSAGES)
-    model, _ = await resolve(chat, decided)
+    model, _ = await resolve(chat, decided, key)
     MESSAGES.admit(model, chat)
     await plan_prompt(chat, mortar_headers, key.organization, decided, body_bytes=len(body))
     return decided.prompt_tokens

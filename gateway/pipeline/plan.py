@@ -1,6 +1,6 @@
-"""Plan a request: validate it for its surface, resolve its model (and check its images, for a
-model with vision), session, tools and prompt, count its tokens and plan its output cap against
-the model's context window.
+"""Plan a request: validate it for its surface, resolve its model (one its key may use; and check
+its images, for a model with vision), session, tools and prompt, count its tokens and plan its
+output cap against the model's context window.
 
 What was decided is kept in a `Plan`, filled in step by step: the one source of it. The
 response's headers are rendered from it (`Plan.headers`) and the run is recorded from it
@@ -15,10 +15,10 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from accounts.models import Organization
+from accounts.models import ApiKey, Organization
 from billing.services.holds import HeldBudget
 from billing.services.ratelimits import Limited
-from core.errors import ContextLengthExceeded
+from core.errors import ContextLengthExceeded, ModelNotAllowed
 from core.http.requests import ApiRequest
 from core.tracing import step
 from gateway.catalog.selectors import model_resolve
@@ -157,7 +157,7 @@ class Plan:
 async def plan(
     request: ApiRequest,
     body: bytes,
-    organization: Organization,
+    key: ApiKey,
     decided: Plan,
 ) -> None:
     """Validate, resolve, select tools, optimize, count and plan into `decided`; raise a
@@ -166,7 +166,7 @@ async def plan(
         chat = decided.chat = decided.surface.validate(body)
         mortar_headers = read_mortar_headers(request)
     with step("plan"):
-        await plan_validated(request, body, chat, mortar_headers, organization, decided)
+        await plan_validated(request, body, chat, mortar_headers, key, decided)
 
 
 async def plan_validated(
@@ -174,11 +174,12 @@ async def plan_validated(
     body: bytes,
     chat: ChatRequest,
     mortar_headers: MortarHeaders,
-    organization: Organization,
+    key: ApiKey,
     decided: Plan,
 ) -> None:
     """Resolve, select tools, optimize, count and plan a validated request into `decided`."""
-    model, deployment = await resolve(chat, decided)
+    organization = key.organization
+    model, deployment = await resolve(chat, decided, key)
     decided.surface.admit(model, chat)
     if model.vision and chat.image_parts:
         # A model with vision gets its image parts, checked; any other keeps the text alone
@@ -202,9 +203,17 @@ async def plan_validated(
     decided.dedupe = read_dedupe_request(request, body, streaming=decided.stream)
 
 
-async def resolve(chat: ChatRequest, decided: Plan) -> tuple[CatalogModel, Deployment]:
-    """Resolve the model and its deployment (the surface admits it or not after)."""
+async def resolve(chat: ChatRequest, decided: Plan, key: ApiKey) -> tuple[CatalogModel, Deployment]:
+    """Resolve the model and its deployment, if the key may use it (the surface admits it or
+    not after)."""
     model = await model_resolve(chat.model)
+    if not key.allows_model(model.id):
+        raise ModelNotAllowed(
+            f"This API key may not use the model `{model.id}`; it may use: "
+            + ", ".join(f"`{name}`" for name in key.allowed_models)
+            + ".",
+            param="model",
+        )
     deployment = model.deployment
     assert deployment is not None  # model_resolve only returns servable models
     decided.model, decided.deployment = model, deployment

@@ -1,8 +1,10 @@
-"""The dashboard's websocket: staff see every organization's telemetry live; nobody else."""
+"""The dashboard's websocket: staff see every organization's telemetry live, an organization's
+members their organization's only; nobody else anything."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 
@@ -82,6 +84,62 @@ def test_staff_see_events_live(mortar_server: ServerProcess, tenant: Tenant, sta
         "cost",
     ]
     assert {e["organization"] for e in events} == {tenant.organization.id}
+
+
+@pytest.fixture(scope="session")
+def member_user(django_db_setup, django_db_blocker, tenant: Tenant) -> str:
+    """A viewer of the tenant's organization, committed for the server process."""
+    from django.contrib.auth.models import User
+
+    from accounts.models import Membership
+
+    with django_db_blocker.unblock():
+        user = User.objects.create_user("org-viewer", password=PASSWORD, is_staff=False)
+        Membership.objects.create(user=user, organization=tenant.organization)
+    return "org-viewer"
+
+
+def test_a_member_sees_their_organization_s_events_only(
+    mortar_server: ServerProcess,
+    tenant: Tenant,
+    other_tenant: Tenant,
+    member_user: str,
+    staff_user: str,
+) -> None:
+    cookies = {who: session_cookie(mortar_server, who) for who in (member_user, staff_user)}
+
+    def socket_for(who: str):
+        return connect(
+            ws_url(mortar_server),
+            additional_headers={
+                "Cookie": f"sessionid={cookies[who]}",
+                "Origin": mortar_server.base_url,
+            },
+        )
+
+    async def until_cost(socket, run_ids: set[str], events: list[dict]) -> None:
+        while not run_ids <= {e["runId"] for e in events if e["type"] == "cost"}:
+            events.append(json.loads(await asyncio.wait_for(socket.recv(), 10)))
+
+    async def scenario() -> tuple[str, str, list[dict], list[dict]]:
+        async with socket_for(member_user) as member, socket_for(staff_user) as staff:
+            theirs = await request_sent(mortar_server, other_tenant)
+            mine = await request_sent(mortar_server, tenant)
+            seen_by_staff: list[dict] = []
+            seen_by_member: list[dict] = []
+            # Staff get both runs' events: the other organization's were broadcast.
+            await until_cost(staff, {mine, theirs}, seen_by_staff)
+            await until_cost(member, {mine}, seen_by_member)
+            with contextlib.suppress(TimeoutError):
+                while True:
+                    seen_by_member.append(json.loads(await asyncio.wait_for(member.recv(), 1)))
+            return mine, theirs, seen_by_staff, seen_by_member
+
+    mine, theirs, seen_by_staff, seen_by_member = asyncio.run(scenario())
+    assert any(e["runId"] == theirs for e in seen_by_staff)
+    assert [e["type"] for e in seen_by_member if e["runId"] == mine][-1] == "cost"
+    assert not [e for e in seen_by_member if e["runId"] == theirs]
+    assert {e["organization"] for e in seen_by_member} == {tenant.organization.id}
 
 
 @pytest.mark.parametrize("who", ["visitor", "anonymous"])

@@ -78,7 +78,7 @@ def test_staff_get_every_page(staff_client: Client, a_run: Run, path: str) -> No
 def test_the_sign_in_page_tells_non_staff_why(client: Client) -> None:
     client.force_login(User.objects.create_user("perm-visitor", is_staff=False))
     page = client.get("/dashboard/login/").content.decode()
-    assert "perm-visitor is not a staff account" in page
+    assert "perm-visitor is neither a staff account nor a member of an organization" in page
 
 
 def test_stop_refuses_a_post_without_csrf_token(a_run: Run) -> None:

@@ -1,9 +1,11 @@
+from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
 
 from accounts.models import Organization, SpendLimits
-from accounts.services import KeyLimits, KeyOperationError, key_issue
+from accounts.services import KeyLimits, KeyOperationError, KeyPolicy, key_issue
 
 
 def usd_amount(value: str) -> Decimal:
@@ -24,6 +26,30 @@ def positive(name: str, value: int | None) -> int | None:
     return value
 
 
+def expiry(value: str) -> datetime:
+    """An expiry from the command line: an ISO 8601 date or time, UTC unless it names a zone;
+    a date alone is its midnight (UTC)."""
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise CommandError(
+            f"--expires must be a date or time such as 2027-01-31 or 2027-01-31T18:00Z, "
+            f"not {value!r}."
+        ) from None
+    moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    if moment <= timezone.now():
+        raise CommandError("--expires must be in the future.")
+    return moment
+
+
+def model_list(value: str) -> tuple[str, ...]:
+    """`--models a,b`: catalog model ids, each once, in the order given."""
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    if not names:
+        raise CommandError("--models must name at least one model (a comma-separated list).")
+    return tuple(dict.fromkeys(names))
+
+
 class Command(BaseCommand):
     help = "Create an API key for an organization and print its secret (shown only once)."
 
@@ -40,6 +66,18 @@ class Command(BaseCommand):
         )
         parser.add_argument("--rpm", type=int, default=None, help="Requests per minute.")
         parser.add_argument("--tpm", type=int, default=None, help="Tokens per minute.")
+        parser.add_argument(
+            "--models",
+            default=None,
+            help="Comma-separated catalog model ids the key may use (default: every model); "
+            "any other model is refused with 403 model_not_allowed.",
+        )
+        parser.add_argument(
+            "--expires",
+            default=None,
+            help="When the key stops working (401 expired_key): an ISO 8601 date or time, "
+            "UTC unless it names a zone (default: never).",
+        )
 
     def handle(
         self,
@@ -51,6 +89,8 @@ class Command(BaseCommand):
         budget_period: str,
         rpm: int | None,
         tpm: int | None,
+        models: str | None,
+        expires: str | None,
         **options: object,
     ) -> None:
         org = Organization.objects.filter(name=organization).first()
@@ -64,12 +104,17 @@ class Command(BaseCommand):
             requests_per_minute=rpm,
             tokens_per_minute=tpm,
         )
+        policy = KeyPolicy(
+            allowed_models=model_list(models) if models is not None else (),
+            expires_at=expiry(expires) if expires is not None else None,
+        )
         try:
             issued = key_issue(
                 organization=org,
                 name=name,
                 actor="manage.py createkey",
                 limits=limits,
+                policy=policy,
                 secret=secret,
             )
         except KeyOperationError as exc:

@@ -20,6 +20,7 @@ from django.db.models import (
 )
 
 from dashboard.selectors.overview import PERCENTILE_SAMPLE
+from dashboard.selectors.scope import of_organizations
 from dashboard.selectors.spend.sums import SpendFilters
 from telemetry.models import Run
 from telemetry.services.rollups import IS_ERROR
@@ -46,8 +47,7 @@ def errors_by_code(filters: SpendFilters) -> list[ErrorCount]:
     first hour, as the sums count)."""
     start = filters.since.replace(minute=0, second=0, microsecond=0)
     runs = Run.objects.filter(IS_ERROR, accepted_at__gte=start, accepted_at__lt=filters.until)
-    if filters.organization_id is not None:
-        runs = runs.filter(organization_id=filters.organization_id)
+    runs = of_organizations(runs, filters.organization_id, filters.organizations)
     rows = runs.values("error_code").annotate(errors=Count("pk")).order_by("-errors", "error_code")
     return [ErrorCount(row["error_code"] or "(none)", row["errors"]) for row in rows]
 
@@ -62,8 +62,7 @@ def histogram(filters: SpendFilters, measure: str, *, limit: int = PERCENTILE_SA
         status=Run.Status.COMPLETED,
         **{f"{end}__isnull": False},
     )
-    if filters.organization_id is not None:
-        sample = sample.filter(organization_id=filters.organization_id)
+    sample = of_organizations(sample, filters.organization_id, filters.organizations)
     duration = ExpressionWrapper(F(end) - F("accepted_at"), output_field=DurationField())
     which = Case(
         *(

@@ -33,6 +33,7 @@ from django.db.models.functions import Coalesce, TruncDay, TruncHour
 
 from billing.costs import PER_MILLION
 from dashboard.selectors.overview import fresh_since
+from dashboard.selectors.scope import of_organizations
 from gateway.models import CatalogModel
 from telemetry.models import Run, UsageRollup, UsageSlice
 from telemetry.services.rollups import IS_ERROR, usage_rollups_watermark
@@ -70,6 +71,7 @@ class SpendFilters:
     since: datetime
     until: datetime
     organization_id: int | None = None
+    organizations: frozenset[int] | None = None  # those the user sees; None: every one
     bucket: str = "hour"  # or "day": the charts' step
 
 
@@ -153,17 +155,16 @@ def _summed_sources(
         else:  # end users by the hour: the rollups themselves (a slice would be as large)
             hourly = UsageRollup.objects.filter(_within(periods.hours, "hour"))
             time_column = "hour"
-        if org is not None:
-            hourly = hourly.filter(organization_id=org)
+        hourly = of_organizations(hourly, org, filters.organizations)
         sources.append((hourly, time_column))
     if periods.days:
         first, last = periods.days
-        day_grain = "end_user_all" if grain == "end_user" and org is None else grain
+        every = org is None and filters.organizations is None
+        day_grain = "end_user_all" if grain == "end_user" and every else grain
         daily = UsageSlice.objects.filter(
             span=UsageSlice.Span.DAY, grain=day_grain, start__gte=first, start__lt=last
         )
-        if org is not None:
-            daily = daily.filter(organization_id=org)
+        daily = of_organizations(daily, org, filters.organizations)
         sources.append((daily, "start"))
     return sources
 
@@ -182,8 +183,7 @@ def _fresh_runs(filters: SpendFilters, periods: Periods) -> QuerySet[Run]:
     runs = Run.objects.filter(
         accepted_at__gte=max(start, periods.fresh), accepted_at__lt=filters.until
     ).exclude(status=Run.Status.IN_PROGRESS)
-    if filters.organization_id is not None:
-        runs = runs.filter(organization_id=filters.organization_id)
+    runs = of_organizations(runs, filters.organization_id, filters.organizations)
     return runs
 
 
