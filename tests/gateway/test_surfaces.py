@@ -186,7 +186,7 @@ models:
 def test_applyconfig_refuses_bad_surfaces(listed: str, problem: str) -> None:
     with pytest.raises(ConfigError) as caught:
         parse_config(f"models:\n  - id: m\n    deployment: scripted\n    surfaces: {listed}\n")
-    assert "models.0.surfaces" in str(caught.value)
+    assert "models[m].surfaces" in str(caught.value)  # the entry named by its id
     assert problem in str(caught.value)
 
 
