@@ -78,6 +78,8 @@ def admin_form(upstreams: list[str]) -> dict[str, object]:
         "first_byte_timeout_s": "60",
         "chunk_timeout_s": "60",
         "total_timeout_s": "600",
+        "usage_count": Deployment.UsageCount.ESTIMATE,
+        "chat_template": "",
     }
 
 
