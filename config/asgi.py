@@ -22,7 +22,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from billing.services.holds import release_budget_slices  # noqa: E402
+from billing.services.holds import release_budget_slices, settlements_drained  # noqa: E402
 from config.api import API_PREFIX, api_dispatch  # noqa: E402
 from config.workers import refusal_of_this_start, stop_the_supervisor  # noqa: E402
 from core.backplane import backplane  # noqa: E402
@@ -128,6 +128,7 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
             await telemetry_feed().close()
             await usage_counts_finished()  # their runs close, and are flushed below
             await close_run_writer()  # flush what is queued before the process ends
+            await settlements_drained()  # the slices' draws settled in the background
             await release_budget_slices()
             await stop_worker_heartbeat()  # after the flush: its runs are closed by now
             await close_clients()

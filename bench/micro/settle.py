@@ -3,14 +3,16 @@
 
 Each simulated request has its hold already (`hold_for`, not measured), then settles it as the
 relay does when the response ends: `charge` (the charge, and the settlement queued in the event
-loop's batch) and `settled` (awaited: the thread hop to the ledger's thread, one call of
-`mortar_budget_settle` a batch, its commit). Two kinds of hold:
+loop's batch) and `settled`. Two kinds of hold:
 
 - `slice`: a large budget, each hold drawn from the worker's slice in memory, settled before
   the run writer has stored the run (as a short request is): the settlement takes the draw from
-  the slice and leaves its marker;
+  the slice and leaves its marker. It is settled in the background, with the others of the
+  next 0.1 s: `settled` has nothing to wait for, and the round's end waits until every batch
+  is committed, so their cost is counted;
 - `ledger`: each hold taken from the ledger itself, as near a budget's end (here by raising
-  the room a slice needs out of reach).
+  the room a slice needs out of reach): `settled` awaits the thread hop to the ledger's
+  thread, one call of `mortar_budget_settle` a batch, its commit.
 
 CONCURRENCY requests settle at once on one event loop (uvloop, as `make serve` runs). Prints the
 process's CPU per request (process time: every thread, so the ledger's too) less the same loop
@@ -54,7 +56,7 @@ from accounts.models import ApiKey, Organization  # noqa: E402
 from bench.harness.results import recorded  # noqa: E402
 from billing.costs import Prices, usage_cost  # noqa: E402
 from billing.services import slices  # noqa: E402
-from billing.services.holds import HeldBudget, hold_for  # noqa: E402
+from billing.services.holds import HeldBudget, hold_for, settlements_drained  # noqa: E402
 
 BUDGET_US = 50.0
 # The budget holds under load, where a batch's round trip is shared: one request alone pays a
@@ -122,6 +124,7 @@ async def run(holds: list[HeldBudget], concurrency: int, real: bool) -> float:
 
     before = os.times()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
+    await settlements_drained()  # a slice's draws are settled in the background: counted too
     after = os.times()
     return after.user - before.user + after.system - before.system
 
@@ -145,7 +148,7 @@ async def main(args: argparse.Namespace) -> bool:
                 spent = await run(holds, concurrency, True)
                 results.append((spent - null) * 1e6 / args.requests)
             median = statistics.median(results)
-            if concurrency >= LOADED:
+            if kind == "slice" or concurrency >= LOADED:
                 within &= median <= BUDGET_US
             print(
                 f"{kind:>6} holds, concurrency {concurrency:>3}: {median:6.1f} CPU µs per "

@@ -24,9 +24,10 @@ engine (`ledger()`: the one place billing asks which database it runs on):
   same ledger in Python, with no row locks — a process-wide lock serializes its transactions
   — and no slices.
 
-Either way a run's hold is settled by its own worker when its response ends, before the
-client has the response's last byte (`billing.services.holds.SettleBatches`): the run writer
-only records what was charged.
+Either way a run's hold is settled by its own worker when its response ends
+(`billing.services.holds.SettleBatches`): a hold from the ledger before the client has the
+response's last byte, a draw from a slice (held on the ledger as the slice until then) in a
+batch within a moment after it. The run writer only records what was charged.
 """
 
 from __future__ import annotations

@@ -3,11 +3,18 @@
 The ledger itself is `billing.ledger`; this module takes a request's hold on the budgets it
 must fit (`billing.budgets.budgets_for`) off the event loop — from the worker's slice of them
 in memory where it can (`billing.services.slices`), else from the ledger, batched. When the run
-closes, its charge is settled on the ledger the same way — batched, off the event loop — and
-the response's last byte waits for that commit, so the client's next request, and
-`GET /v1/budget`, find the hold settled; the run writer only records the charge. A settlement
-that never happens (the worker died, the ledger was away) is not lost: the hold expires and
-`budget_holds_reconcile` charges it from the run's stored usage.
+closes, its charge is settled on the ledger the same way — batched, off the event loop:
+
+- a hold taken from the ledger itself (a budget near its end, or SQLite's) is settled before
+  the response's last byte: the response waits for that commit, so the client's next request,
+  on any worker, and `GET /v1/budget` find it settled;
+- a hold drawn from the worker's slice (a budget with room for many more requests) is settled
+  in the background, with the others of the next `DEFERRED_SECONDS`: the whole slice is held on
+  the ledger until then, so no budget can be passed meanwhile, and no request waits for, or
+  pays a round trip of its own for, a settlement that changes no answer.
+
+A settlement that never happens (the worker died, the ledger was away) is not lost: the hold
+expires and `budget_holds_reconcile` charges it from the run's stored usage.
 """
 
 from __future__ import annotations
@@ -73,8 +80,9 @@ class HeldBudget:
         return self.charged_usd
 
     async def settled(self) -> None:
-        """Wait until the charge is settled on the ledger: what the response's end waits for.
-        A settlement that failed is left to the reconciliation (the hold expires)."""
+        """Wait until the charge is settled on the ledger, when it must be before the response
+        ends (a hold from the ledger; a slice's draw is settled in the background). A
+        settlement that failed is left to the reconciliation (the hold expires)."""
         if self.settling is not None:
             await self.settling
 
@@ -151,35 +159,71 @@ def _fail(
 hold_batches = PerLoop(HoldBatches)
 
 
+# A settlement of a slice's draw waits at most this long, or until this many wait, to join a
+# batch: what a worker settles on the ledger then costs one round trip per batch rather than
+# per request, even for a client alone (bench/micro/settle.py).
+DEFERRED_SECONDS = 0.1
+DEFERRED_BATCH = 256
+
+
 class SettleBatches:
     """The event loop's settlements, taken together like its holds (`HoldBatches`): those of
     one loop pass, and those that ended while the previous batch was committing, are one
     call of the ledger's settle, one thread hop and one commit.
 
-    Each answer is a future the response's end awaits; it is resolved (never failed) once its
-    batch is committed or has failed: a settlement that failed is logged, and the hold
-    expires and is reconciled like a dead worker's.
+    `settle` answers with a future the response's end awaits, resolved (never failed) once
+    its batch is committed or has failed: a settlement that failed is logged, and the hold
+    expires and is reconciled like a dead worker's. `settle_later` (a slice's draw) answers
+    nothing: it joins the next batch, which it starts itself after `DEFERRED_SECONDS` or once
+    `DEFERRED_BATCH` are waiting.
     """
 
     def __init__(self) -> None:
-        self._waiting: list[tuple[Settlement, asyncio.Future[None]]] = []
+        self._waiting: list[tuple[Settlement, asyncio.Future[None] | None]] = []
+        self._deferred = 0  # of `_waiting`, how many no one awaits
         self._taking = False
         self._task: asyncio.Task[None] | None = None  # held: a task nothing holds may vanish
+        self._timer: asyncio.TimerHandle | None = None
+        self._drained: asyncio.Event | None = None
 
     def settle(
         self, settlement: Settlement, loop: asyncio.AbstractEventLoop
     ) -> asyncio.Future[None]:
         answer: asyncio.Future[None] = loop.create_future()
         self._waiting.append((settlement, answer))
+        self._take_soon(loop)
+        return answer
+
+    def settle_later(self, settlement: Settlement, loop: asyncio.AbstractEventLoop) -> None:
+        self._waiting.append((settlement, None))
+        self._deferred += 1
+        if self._deferred >= DEFERRED_BATCH:
+            self._take_soon(loop)
+        elif self._timer is None and not self._taking:
+            self._timer = loop.call_later(DEFERRED_SECONDS, self._take_soon, loop)
+
+    async def drained(self) -> None:
+        """Wait until every settlement asked for so far is committed (or has failed): what a
+        stopping worker, or a measurement, waits for."""
+        while self._waiting or self._taking:
+            if not self._taking:
+                self._take_soon(asyncio.get_running_loop())
+            if self._drained is None:
+                self._drained = asyncio.Event()
+            await self._drained.wait()
+
+    def _take_soon(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if not self._taking:
             self._taking = True
             self._task = loop.create_task(self._take_batches())
-        return answer
 
     async def _take_batches(self) -> None:
         try:
             while self._waiting:
-                batch, self._waiting = self._waiting, []
+                batch, self._waiting, self._deferred = self._waiting, [], 0
                 settlements = [settlement for settlement, _ in batch]
                 try:
                     await database_call_on(
@@ -192,24 +236,42 @@ class SettleBatches:
                 except Exception:
                     logger.exception("budget: %d holds not settled", len(batch))
                 for _, answer in batch:
-                    if not answer.done():  # its request may have been cancelled
+                    if answer is not None and not answer.done():  # it may have been cancelled
                         answer.set_result(None)
         finally:
             self._taking = False
+            if self._deferred and self._timer is None:  # arrived as the last batch ended
+                loop = asyncio.get_running_loop()
+                self._timer = loop.call_later(DEFERRED_SECONDS, self._take_soon, loop)
+            if self._drained is not None:
+                self._drained.set()
+                self._drained = None
 
 
 settle_batches = PerLoop(SettleBatches)
 
 
 def settle_soon(settlement: Settlement) -> asyncio.Future[None] | None:
-    """Start settling a run's charge on the ledger: in this event loop's next batch, or — on a
-    thread without a running loop (a management command, a test) — now."""
+    """Start settling a run's charge on the ledger: a hold from the ledger in this event loop's
+    next batch (the future the response's end awaits), a slice's draw within
+    `DEFERRED_SECONDS` (nothing to await); on a thread without a running loop (a management
+    command, a test), now."""
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
         budget_holds_settle([settlement])
         return None
+    if settlement.draw is not None:
+        settle_batches().settle_later(settlement, loop)
+        return None
     return settle_batches().settle(settlement, loop)
+
+
+async def settlements_drained() -> None:
+    """Wait until this event loop's settlements are on the ledger (the worker is stopping)."""
+    batches = settle_batches.current()
+    if batches is not None:
+        await batches.drained()
 
 
 async def _ledger_hold(request: HoldRequest) -> Held | InsufficientQuota:

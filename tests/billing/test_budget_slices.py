@@ -164,6 +164,29 @@ def test_a_killed_worker_s_slice_and_its_runs_holds_expire_and_are_reconciled(
     assert Decimal(budget["spent_usd"]) == spend.spent_usd
 
 
+def test_a_worker_stopped_right_after_its_responses_leaves_nothing_to_the_reconciliation(
+    budget_model: str, tmp_path_factory: Any
+) -> None:
+    # A draw from a slice is settled in the background just after its response: a worker told
+    # to stop at once settles what waits, then gives its slice back, before it exits.
+    tenant = budget_tenant(key_usd="100")
+    worker = start_mortar(_server_env(), log_dir=tmp_path_factory.mktemp("stopped-slices"))
+    try:
+        responses = [
+            complete(worker, tenant.secret, budget_model, max_tokens=13) for _ in range(6)
+        ]
+    finally:
+        worker.stop()  # SIGTERM right after the last response
+    assert [r.status_code for r in responses] == [200] * 6
+    assert "Application shutdown complete" in worker.log()
+    ids = [r.headers["X-Mortar-Run-Id"] for r in responses]
+    assert settled(ids)
+    assert not slices_of(tenant.key_id)
+    spend = spend_of(BudgetSpend.Owner.KEY, tenant.key_id)
+    charged = sum((cost_of(r) for r in responses), Decimal(0))
+    assert (spend.spent_usd, spend.held_usd) == (charged, Decimal(0))
+
+
 def reserved_slice(key_id: int, name: str, now: datetime) -> str:
     """A $1 slice of the key's $10 budget, reserved in the ledger as a worker reserves one."""
     budget = Budget(BudgetSpend.Owner.KEY, key_id, Decimal(10), "total")
