@@ -220,9 +220,17 @@ class SettleBatches:
             self._taking = True
             self._task = loop.create_task(self._take_batches())
 
+    def _batch_due(self) -> bool:
+        """Whether what waits goes now: someone awaits it, or a full batch of draws waits."""
+        return len(self._waiting) > self._deferred or self._deferred >= DEFERRED_BATCH
+
     async def _take_batches(self) -> None:
         try:
-            while self._waiting:
+            # Draws that arrived during a batch's round trip wait for their own deferral (the
+            # `finally`), rather than make batches as small as a round trip is short.
+            first = True
+            while self._waiting and (first or self._batch_due()):
+                first = False
                 batch, self._waiting, self._deferred = self._waiting, [], 0
                 settlements = [settlement for settlement, _ in batch]
                 try:
@@ -240,7 +248,7 @@ class SettleBatches:
                         answer.set_result(None)
         finally:
             self._taking = False
-            if self._deferred and self._timer is None:  # arrived as the last batch ended
+            if self._deferred and self._timer is None:  # arrived during the last batch
                 loop = asyncio.get_running_loop()
                 self._timer = loop.call_later(DEFERRED_SECONDS, self._take_soon, loop)
             if self._drained is not None:

@@ -172,9 +172,7 @@ def test_a_worker_stopped_right_after_its_responses_leaves_nothing_to_the_reconc
     tenant = budget_tenant(key_usd="100")
     worker = start_mortar(_server_env(), log_dir=tmp_path_factory.mktemp("stopped-slices"))
     try:
-        responses = [
-            complete(worker, tenant.secret, budget_model, max_tokens=13) for _ in range(6)
-        ]
+        responses = [complete(worker, tenant.secret, budget_model, max_tokens=13) for _ in range(6)]
     finally:
         worker.stop()  # SIGTERM right after the last response
     assert [r.status_code for r in responses] == [200] * 6
