@@ -171,7 +171,9 @@ if DATABASE_URL:
         DATABASES["replica"]["OPTIONS"] = dict(DATABASES["default"]["OPTIONS"])
         DATABASES["replica"]["TEST"] = {"MIRROR": "default"}
     # A transaction pooler hands each transaction to any server connection: nothing may
-    # outlive one. Prepared statements and server-side cursors do, so both are off.
+    # outlive one. Prepared statements and server-side cursors do, so both are off (Django
+    # opens psycopg connections with prepare_threshold None already; this pins it, and it
+    # also makes an explicit `prepare=True` a no-op).
     if MORTAR_DATABASE_POOLER == "transaction":
         for _database in DATABASES.values():
             if _database["ENGINE"] == "django.db.backends.postgresql":

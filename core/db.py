@@ -17,7 +17,6 @@ from concurrent.futures import Executor
 from typing import TypeVar
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 
 T = TypeVar("T")
@@ -59,11 +58,3 @@ async def database_call_on(executor: Executor, call: Callable[[], T]) -> T:
     hop, for the hot path's own calls (asgiref's `sync_to_async` costs three times as much:
     bench/results, "ledger")."""
     return await asyncio.get_running_loop().run_in_executor(executor, on_a_working_connection, call)
-
-
-def prepared() -> bool | None:
-    """psycopg's `prepare=` for a statement worth preparing once per connection: True, or None
-    (psycopg's default, which the connection's `prepare_threshold` of None turns off) behind
-    a transaction pooler, where the next transaction may run on a server connection that
-    never saw the statement prepared."""
-    return None if settings.MORTAR_DATABASE_POOLER == "transaction" else True

@@ -2,10 +2,11 @@
 front of the test database with a pool of two server connections, and a Mortar process that
 reaches the database only through it (`MORTAR_DATABASE_POOLER=transaction`).
 
-With two server connections shared by the request threads, the run writer and the ledger,
-consecutive transactions of one client land on different server connections: whatever
-outlived a transaction (a prepared statement, a server-side cursor, a temporary table) would
-be missing on the next one, and these requests would fail or leave their runs unstored.
+PgBouncer here wipes each server connection when a transaction ends (`DISCARD ALL` always),
+so whatever a client left on it — a prepared statement, a temporary table, a session setting,
+a server-side cursor — is gone before its next transaction, wherever that one lands: anything
+of Mortar's that relied on it would fail or leave runs unstored or holds unsettled here, not
+only now and then in production.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 
 import httpx
 import openai
+import psycopg
 import pytest
 from django.conf import settings
 
@@ -77,6 +79,18 @@ def pooled_server(
     server = start_mortar(env, log_dir=tmp_path_factory.mktemp("pooled"))
     yield server
     server.stop()
+
+
+def test_the_pooler_keeps_nothing_from_one_transaction_to_the_next(pooler: Pooler) -> None:
+    """The harness is as strict as it says: a prepared statement does not survive."""
+    with (
+        psycopg.connect(
+            pooler.url(settings.DATABASES["default"]["NAME"]), autocommit=True, prepare_threshold=0
+        ) as conn,
+        pytest.raises(psycopg.errors.InvalidSqlStatementName),
+    ):
+        conn.execute("SELECT %s::int + 1", [1])
+        conn.execute("SELECT %s::int + 1", [2])
 
 
 def test_json_and_streamed_completions_are_stored_settled_and_replayed(

@@ -2,8 +2,7 @@
 
 `mortar_budget_holds` takes a batch of holds in the batch's order, `mortar_budget_settle`
 settles a batch of runs, `mortar_budget_release` gives back what a slice did not draw. Called
-through psycopg's own cursor, with server-bound parameters, so each statement is prepared once
-(not behind a transaction pooler: `core.db.prepared`).
+through psycopg's own cursor, with server-bound parameters, so each statement is prepared once.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ from billing.costs import to_micro
 from billing.ledger import refusal
 from billing.models import BudgetSpend
 from billing.records import Held, HoldRequest, Settlement
-from core.db import prepared
 from core.errors import InsufficientQuota
 
 
@@ -83,7 +81,7 @@ class PostgresLedger:
             )
         with _server_bound_cursor() as cursor:
             rows = cursor.execute(
-                _HOLDS, [Jsonb(items, dumps=orjson.dumps)], prepare=prepared()
+                _HOLDS, [Jsonb(items, dumps=orjson.dumps)], prepare=True
             ).fetchall()
         held = {run_id: (cap, amount, remaining) for run_id, cap, amount, remaining in rows}
         answers: list[Held | InsufficientQuota] = []
@@ -117,9 +115,9 @@ class PostgresLedger:
         # One statement: outside a transaction (a worker settling when responses end), its
         # own, one round trip where BEGIN and COMMIT would make three.
         with _server_bound_cursor() as cursor:
-            return dict(cursor.execute(_SETTLE, [costs_json], prepare=prepared()).fetchall())
+            return dict(cursor.execute(_SETTLE, [costs_json], prepare=True).fetchall())
 
     def release_slice(self, slice_id: str, amount: Decimal) -> None:
         # Its own transaction: a worker gives a slice back outside any other.
         with transaction.atomic(), _server_bound_cursor() as cursor:
-            cursor.execute(_RELEASE, [slice_id, amount], prepare=prepared())
+            cursor.execute(_RELEASE, [slice_id, amount], prepare=True)

@@ -193,6 +193,10 @@ def start_pgbouncer(
         "auth_type = trust\n"
         f"auth_file = {base / 'userlist.txt'}\n"
         "pool_mode = transaction\n"
+        # Every transaction ends with its server connection wiped: what a client left there
+        # (a prepared statement, a temporary table, a session setting) is gone at once, as
+        # it would be whenever the next transaction lands on another connection.
+        "server_reset_query = DISCARD ALL\nserver_reset_query_always = 1\n"
         f"default_pool_size = {pool_size}\nmax_client_conn = 200\n"
         # What Django and psycopg send at connect time; PgBouncer refuses unknown ones.
         "ignore_startup_parameters = extra_float_digits,options\n"
