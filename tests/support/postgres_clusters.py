@@ -22,7 +22,7 @@ import psycopg
 
 from tests.support.servers import free_port
 
-PG_BIN = Path(os.environ.get("MORTAR_TEST_PG_BIN", "/usr/lib/postgresql/15/bin"))
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
 PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
 
 
@@ -198,8 +198,6 @@ def start_pgbouncer(
         # it would be whenever the next transaction lands on another connection.
         "server_reset_query = DISCARD ALL\nserver_reset_query_always = 1\n"
         f"default_pool_size = {pool_size}\nmax_client_conn = 200\n"
-        # What Django and psycopg send at connect time; PgBouncer refuses unknown ones.
-        "ignore_startup_parameters = extra_float_digits,options\n"
         f"logfile = {log_path}\n"
         f"pidfile = {base / 'pgbouncer.pid'}\n"
     )
