@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from accounts.models import Organization
@@ -42,13 +43,15 @@ async def replayable_run(run_id: str, organization: Organization) -> Run | None:
 
 
 async def stored_run(run_id: str) -> Run | None:
-    """The run, whichever organization's (the dashboard checks who may see it)."""
-    return await database_read(
+    """The run, whichever organization's (the dashboard checks who may see it). On the
+    request's own thread and connection: the dashboard is served by Django's handler, which
+    closes it when the request ends."""
+    return await sync_to_async(
         lambda: read_replica_first(
             lambda alias: Run.objects.using(alias).filter(pk=run_id).first(),
             good_enough=_finished,
         )
-    )
+    )()
 
 
 def _finished(run: Run | None) -> bool:
