@@ -20,7 +20,7 @@ import psycopg
 import pytest
 from django.conf import settings
 
-from tests.conftest import _server_env, stored_bytes, wait_for_run
+from tests.conftest import Tenant, _server_env, stored_bytes, wait_for_run
 from tests.support.budgets import (
     EXAMPLE_USD,
     QUESTION,
@@ -152,10 +152,8 @@ def test_concurrent_requests_all_settle(pooled_server: ServerProcess, budget_mod
     assert "prepared statement" not in pooled_server.log()
 
 
-def test_dashboard_pages(pooled_server: ServerProcess) -> None:
+def test_dashboard_pages(pooled_server: ServerProcess, tenant: Tenant) -> None:
     from django.contrib.auth.models import User
-
-    from telemetry.models import Run
 
     def staff() -> None:
         user, _ = User.objects.get_or_create(username=STAFF, defaults={"is_staff": True})
@@ -163,7 +161,14 @@ def test_dashboard_pages(pooled_server: ServerProcess) -> None:
         user.save()
 
     committed(staff)
-    run_id = Run.objects.exclude(status="in_progress").latest("accepted_at").pk
+    streamed = httpx.post(
+        f"{pooled_server.base_url}/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": QUESTION}], "stream": True},
+        headers={"Authorization": f"Bearer {tenant.secret}"},
+        timeout=30,
+    )
+    assert streamed.status_code == 200
+    run_id = wait_for_run(streamed.headers["X-Mortar-Run-Id"]).pk
     client = httpx.Client(base_url=pooled_server.base_url, timeout=30)
     token = CSRF_FIELD.search(client.get("/dashboard/login/").text)
     assert token is not None
