@@ -136,6 +136,15 @@ TEMPLATES = [
 ]
 
 DATABASE_URL = os.environ.get("DATABASE_URL", "").strip()
+DATABASE_REPLICA_URL = os.environ.get("DATABASE_REPLICA_URL", "").strip()
+# What stands between Mortar and Postgres: `transaction` for a transaction pooler such as
+# PgBouncer's pool_mode=transaction (docs/operating/replicas-and-poolers.md).
+MORTAR_DATABASE_POOLER = env_str("MORTAR_DATABASE_POOLER", "none").lower()
+if MORTAR_DATABASE_POOLER not in {"none", "session", "transaction"}:
+    raise ImproperlyConfigured(
+        "MORTAR_DATABASE_POOLER must be none, session or transaction, "
+        f"not {MORTAR_DATABASE_POOLER!r}"
+    )
 if DATABASE_URL:
     # A connection per request, closed when it ends (CONN_MAX_AGE 0): under ASGI each request
     # runs on a thread of its own, and a connection kept open would stay behind with it. The
@@ -153,6 +162,23 @@ if DATABASE_URL:
                 "keepalives_count": 3,
             }
         )
+    # A streaming replica for the reads that may be a little behind (core/db_routing.py):
+    # dashboard pages, replay of finished runs. Test runs read the primary in its place.
+    if DATABASE_REPLICA_URL:
+        if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+            raise ImproperlyConfigured("DATABASE_REPLICA_URL needs a Postgres DATABASE_URL")
+        DATABASES["replica"] = dj_database_url.parse(DATABASE_REPLICA_URL, conn_max_age=0)
+        DATABASES["replica"]["OPTIONS"] = dict(DATABASES["default"]["OPTIONS"])
+        DATABASES["replica"]["TEST"] = {"MIRROR": "default"}
+    # A transaction pooler hands each transaction to any server connection: nothing may
+    # outlive one. Prepared statements and server-side cursors do, so both are off (Django
+    # opens psycopg connections with prepare_threshold None already; this pins it, and it
+    # also makes an explicit `prepare=True` a no-op).
+    if MORTAR_DATABASE_POOLER == "transaction":
+        for _database in DATABASES.values():
+            if _database["ENGINE"] == "django.db.backends.postgresql":
+                _database["OPTIONS"]["prepare_threshold"] = None
+                _database["DISABLE_SERVER_SIDE_CURSORS"] = True
 else:
     DATABASES = {
         "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(VAR_DIR / "mortar.sqlite3")}
@@ -170,6 +196,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
             "transaction_mode": "IMMEDIATE",
         }
     )
+DATABASE_ROUTERS = ["core.db_routing.ReplicaRouter"]
+# Beyond this replay lag the replica is not read: its reads go to the primary.
+MORTAR_REPLICA_MAX_LAG_SECONDS = env_float("MORTAR_REPLICA_MAX_LAG_SECONDS", 5.0)
+
 # Test runs pick their own database name so two suites on one server never collide.
 if os.environ.get("MORTAR_TEST_DB_NAME"):
     DATABASES["default"]["TEST"] = {"NAME": os.environ["MORTAR_TEST_DB_NAME"]}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.conf import settings
 
+from core.db_routing import primary_reads
 from gateway.coordination.stop import live_generations
 from telemetry.models import Run
 from telemetry.services.rollups import usage_rollups_keep_fresh
@@ -12,7 +13,10 @@ from telemetry.services.rollups import usage_rollups_keep_fresh
 def usage_rollups_refresh_without_beat() -> None:
     """Refresh the rollups in-process where no beat does (`MORTAR_ROLLUPS_IN_PROCESS`)."""
     if settings.MORTAR_ROLLUPS_IN_PROCESS:
-        usage_rollups_keep_fresh()
+        # It reads the rollups it is about to bring up to date: from the primary, even on a
+        # page whose own reads go to a replica.
+        with primary_reads():
+            usage_rollups_keep_fresh()
 
 
 async def generation_stop(*, run_id: str, organizations: frozenset[int] | None = None) -> bool:

@@ -18,6 +18,7 @@ from django.db import connection
 from django.http import HttpRequest, HttpResponse
 
 from core.backplane import Backplane, backplane
+from core.db_routing import replica_state
 from core.http.responses import json_response
 from mortar import __version__
 
@@ -73,6 +74,19 @@ def _writer(status: dict[str, Any], *, detailed: bool) -> dict[str, Any]:
     return {**status, "last_error": {**last_error, "message": kind}}
 
 
+def _replica(*, detailed: bool) -> str | None:
+    """The replica's state, or None without one. A lagging or unreachable replica does not
+    make the process unready: its reads go to the primary meanwhile."""
+    state = replica_state()
+    if state is None:
+        return None
+    if detailed:
+        return state.describe()
+    if state.state == "lagging":
+        return "lagging"  # the lag itself is for operators
+    return state.state
+
+
 async def healthz(request: HttpRequest) -> HttpResponse:
     return json_response({"ok": True})
 
@@ -90,5 +104,8 @@ async def readyz(request: HttpRequest) -> HttpResponse:
         plane.name: _state(plane.name, backplane_error, detailed=detailed),
         "run_writer": _writer(writer_status(), detailed=detailed),
     }
+    replica = await sync_to_async(_replica)(detailed=detailed)
+    if replica is not None:
+        checks["database_replica"] = replica
     ok = database_error is None and backplane_error is None
     return json_response({"ok": ok, "version": __version__, **checks}, status=200 if ok else 503)

@@ -3,16 +3,23 @@
 Each runs on a worker thread through `core.db`, on a connection that works: the API is served
 without Django's request handler, so nothing closes a connection a Postgres restart has cut
 (`core.db` drops it and reads again on a new one).
+
+With a streaming replica configured (`core.db_routing`), a finished run is read from the replica
+when the replica has it finished too; a run still in progress there, or not there yet, is read
+from the primary, and so are its chunks. Replication applies the writer's transactions in their
+order, so a replica that has a run's outcome has all of its chunks.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
 
+from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from accounts.models import Organization
 from core.db import database_read
+from core.db_routing import PRIMARY, read_on, read_replica_first
 from telemetry.models import Run, RunChunk
 
 
@@ -21,7 +28,12 @@ async def replayable_run(run_id: str, organization: Organization) -> Run | None:
     if organization.retention != Organization.Retention.FULL:
         return None
     run = await database_read(
-        lambda: Run.objects.filter(pk=run_id, organization=organization).first()
+        lambda: read_replica_first(
+            lambda alias: (
+                Run.objects.using(alias).filter(pk=run_id, organization=organization).first()
+            ),
+            good_enough=_finished,
+        )
     )
     if run is None:
         return None
@@ -30,12 +42,39 @@ async def replayable_run(run_id: str, organization: Organization) -> Run | None:
     return run
 
 
-async def chunks_after(run_id: str, seq: int, limit: int = 500) -> list[RunChunk]:
+async def stored_run(run_id: str) -> Run | None:
+    """The run, whichever organization's (the dashboard checks who may see it). On the
+    request's own thread and connection: the dashboard is served by Django's handler, which
+    closes it when the request ends."""
+    return await sync_to_async(
+        lambda: read_replica_first(
+            lambda alias: Run.objects.using(alias).filter(pk=run_id).first(),
+            good_enough=_finished,
+        )
+    )()
+
+
+def _finished(run: Run | None) -> bool:
+    return run is not None and run.status != Run.Status.IN_PROGRESS
+
+
+def read_from(run: Run) -> str:
+    """The database `run` was read from: its chunks are read there too."""
+    return run._state.db or PRIMARY
+
+
+async def chunks_after(
+    run_id: str, seq: int, limit: int = 500, *, using: str = PRIMARY
+) -> list[RunChunk]:
     return await database_read(
-        lambda: list(
-            RunChunk.objects.filter(run_id=run_id, seq__gt=seq)
-            .order_by("seq")
-            .only("seq", "offset_us", "data")[:limit]
+        lambda: read_on(
+            using,
+            lambda alias: list(
+                RunChunk.objects.using(alias)
+                .filter(run_id=run_id, seq__gt=seq)
+                .order_by("seq")
+                .only("seq", "offset_us", "data")[:limit]
+            ),
         )
     )
 

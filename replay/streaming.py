@@ -13,6 +13,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
+from core.db_routing import PRIMARY
 from replay.selectors import chunks_after, run_status
 from telemetry.models import Run
 
@@ -20,14 +21,14 @@ FOLLOW_POLL_SECONDS = 0.1
 
 
 async def replay_events(
-    run_id: str, *, after: int, pace_original: bool, in_progress: bool
+    run_id: str, *, after: int, pace_original: bool, in_progress: bool, using: str = PRIMARY
 ) -> AsyncIterator[bytes]:
     last = after
     started = time.monotonic()
     first_offset: int | None = None
     finished_at: float | None = None
     while True:
-        chunks = await chunks_after(run_id, last)
+        chunks = await chunks_after(run_id, last, using=using)
         for chunk in chunks:
             if pace_original:
                 if first_offset is None:

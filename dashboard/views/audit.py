@@ -13,6 +13,7 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
+from core.db_routing import reads_from_replica
 from dashboard import services
 from dashboard.csv_export import csv_response
 from dashboard.forms import AuditForm
@@ -34,6 +35,7 @@ AUDIT_MEASURE_LABELS = [
 
 @member_required
 @require_GET
+@reads_from_replica
 def audit(request: HttpRequest) -> HttpResponse:
     data = request.GET.copy()
     if "group" not in data:

@@ -16,6 +16,7 @@ from django.http import (
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from core.db_routing import reads_from_replica
 from dashboard.forms import RunFilterForm
 from dashboard.selectors.catalog import (
     deployment_names,
@@ -39,13 +40,14 @@ from dashboard.selectors.runs import (
     runs_page,
 )
 from dashboard.views import access, member_required, seen_or_404
-from replay.selectors import chunks_after
+from replay.selectors import chunks_after, read_from, stored_run
 from replay.streaming import replay_events
 from telemetry.models import Run
 
 
 @member_required
 @require_GET
+@reads_from_replica
 def runs(request: HttpRequest) -> HttpResponse:
     seen = access(request).organizations
     form = RunFilterForm(
@@ -80,6 +82,7 @@ def _run_or_404(request: HttpRequest, run_id: str) -> Run:
 
 @member_required
 @require_GET
+@reads_from_replica
 def run(request: HttpRequest, run_id: str) -> HttpResponse:
     found = _run_or_404(request, run_id)
     timeline = run_timeline(found.pk)
@@ -118,6 +121,7 @@ def _pretty(value: object) -> str | None:
 
 @member_required
 @require_GET
+@reads_from_replica
 def run_image(request: HttpRequest, run_id: str, position: int) -> HttpResponse:
     """The bytes of one of the run's images, for its page's thumbnails (and a full view)."""
     _run_or_404(request, run_id)
@@ -134,6 +138,7 @@ def run_image(request: HttpRequest, run_id: str, position: int) -> HttpResponse:
 
 @member_required
 @require_GET
+@reads_from_replica
 def run_download(request: HttpRequest, run_id: str) -> HttpResponse:
     found = _run_or_404(request, run_id)
     body = orjson.dumps(run_export(found), option=orjson.OPT_INDENT_2, default=str)
@@ -147,12 +152,12 @@ def run_download(request: HttpRequest, run_id: str) -> HttpResponse:
 async def run_replay(request: HttpRequest, run_id: str) -> HttpResponseBase:
     """The stored stream, byte for byte (as `/v1/.../runs/{id}` sends it), for the page's
     Replay button: as fast as possible, or with `pace=original` at the recorded pace."""
-    found = await Run.objects.filter(pk=run_id).afirst()
+    found = await stored_run(run_id)
     if found is None:
         raise Http404(f"No run {run_id}")
     seen_or_404(request, found.organization_id, f"run {run_id}")
     if found.stream is False:
-        chunks = await chunks_after(found.pk, -1, limit=1)
+        chunks = await chunks_after(found.pk, -1, limit=1, using=read_from(found))
         body = bytes(chunks[0].data) if chunks else b"{}"
         return HttpResponse(body, content_type="application/json")
     response = StreamingHttpResponse(
@@ -161,6 +166,7 @@ async def run_replay(request: HttpRequest, run_id: str) -> HttpResponseBase:
             after=-1,
             pace_original=request.GET.get("pace") == "original",
             in_progress=found.status == Run.Status.IN_PROGRESS,
+            using=read_from(found),
         ),
         content_type="text/event-stream",
     )

@@ -12,6 +12,7 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
+from core.db_routing import reads_from_replica
 from dashboard.forms import SessionForm
 from dashboard.selectors.catalog import (
     organization_choices,
@@ -22,6 +23,7 @@ from dashboard.views import access, member_required
 
 @member_required
 @require_GET
+@reads_from_replica
 def sessions(request: HttpRequest) -> HttpResponse:
     seen = access(request).organizations
     form = SessionForm(request.GET, organizations=organization_choices(seen))

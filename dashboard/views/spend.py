@@ -12,6 +12,7 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
+from core.db_routing import reads_from_replica
 from dashboard import services
 from dashboard.csv_export import csv_response
 from dashboard.forms import SpendForm
@@ -47,6 +48,7 @@ USAGE_HEADER = [
 
 @member_required
 @require_GET
+@reads_from_replica
 def spend(request: HttpRequest) -> HttpResponse:
     seen = access(request).organizations
     form = SpendForm(request.GET, organizations=organization_choices(seen))
