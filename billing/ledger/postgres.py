@@ -2,7 +2,10 @@
 
 `mortar_budget_holds` takes a batch of holds in the batch's order, `mortar_budget_settle`
 settles a batch of runs, `mortar_budget_release` gives back what a slice did not draw. Called
-through psycopg's own cursor, with server-bound parameters, so each statement is prepared once.
+through psycopg's own cursor, with server-bound parameters (`prepare=True` asks psycopg to
+prepare each statement once; Django's connections have preparation off, `prepare_threshold`
+None, which a transaction pooler needs, so the statements are parsed each time: measured, that
+costs this process some 15 µs a call).
 """
 
 from __future__ import annotations
@@ -28,9 +31,9 @@ from core.errors import InsufficientQuota
 
 @contextmanager
 def _server_bound_cursor() -> Iterator[psycopg.Cursor[Any]]:
-    """psycopg's own cursor on this thread's connection, binding parameters on the server so
-    a statement is prepared once (Django's cursor quotes them into the text, in Python: three
-    times the cost of the call); its errors still become Django's."""
+    """psycopg's own cursor on this thread's connection, binding parameters on the server
+    (Django's cursor quotes them into the text, in Python: three times the cost of the call);
+    its errors still become Django's."""
     connection.ensure_connection()
     with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
         yield cursor
