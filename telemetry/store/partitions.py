@@ -261,6 +261,9 @@ def _drop_day(day: date) -> list[str] | None:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK_KEY])
             cursor.execute(f"SET LOCAL lock_timeout = '{DROP_LOCK_TIMEOUT}'")
+            # A table with checks still deferred in this transaction cannot be dropped: run them
+            # now (none are pending in the purge's own transaction; a caller's may hold some).
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
             cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [run_partition])
             has_runs = cursor.fetchone()[0]
             if has_runs:
