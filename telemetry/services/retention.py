@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 
+from django.db import connection
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
@@ -182,11 +183,29 @@ def _chunks_delete(*, run_ids: list[str], batch_size: int) -> int:
     """Delete the runs' chunks, at most `batch_size` rows per statement."""
     deleted_total = 0
     while True:
-        batch = RunChunk.objects.filter(run_id__in=run_ids).order_by().values("pk")[:batch_size]
-        deleted, _ = RunChunk.objects.filter(pk__in=batch).delete()
+        deleted = _chunks_delete_some(run_ids=run_ids, limit=batch_size)
         deleted_total += deleted
         if deleted < batch_size:
             return deleted_total
+
+
+def _chunks_delete_some(*, run_ids: list[str], limit: int) -> int:
+    """Delete at most `limit` of the runs' chunks, in one statement."""
+    if connection.vendor == "sqlite":
+        # By rowid: Django turns a LIMITed subquery of a key of several columns into an EXISTS
+        # that drops the LIMIT on SQLite.
+        table = connection.ops.quote_name(RunChunk._meta.db_table)
+        marks = ", ".join(["%s"] * len(run_ids))
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table}"
+                f" WHERE run_id IN ({marks}) LIMIT {int(limit)})",
+                run_ids,
+            )
+            return cursor.rowcount
+    batch = RunChunk.objects.filter(run_id__in=run_ids).order_by().values("pk")[:limit]
+    deleted, _ = RunChunk.objects.filter(pk__in=batch).delete()
+    return deleted
 
 
 def _id_batches(runs: QuerySet[Run], batch_size: int) -> Iterator[list[str]]:

@@ -16,7 +16,9 @@ row is kept low, without changing what is stored:
 - COPY cannot skip conflicts, so a replayed batch (which may be in the database already) is
   first tried the same way inside a savepoint — most replayed rows were never written — and
   only when that meets a row already there is it COPYed into a temporary table and inserted
-  from there with ON CONFLICT DO NOTHING. The temporary table is dropped at once (a rollback
+  from there with ON CONFLICT DO NOTHING. Replayed chunks always go through the temporary
+  table, inserted where no chunk of the same run and sequence is stored (the chunk table has
+  no unique index, see ``_copy_chunks``). The temporary table is dropped at once (a rollback
   drops it too), so even a batch written inside an outer transaction leaves nothing behind.
   Outcome UPDATEs are idempotent by nature.
 - The run and chunk tables are partitioned by the run's acceptance time
@@ -421,18 +423,23 @@ def _copy_chunks(
     if not replay:
         _copy(cursor, table, CHUNK_COLUMNS, rows, CHUNK_TYPES)
         return
-    _copy_skipping_conflicts(
-        cursor,
-        rows,
-        table=table,
-        columns=CHUNK_COLUMNS,
-        temporary=(
-            "mortar_replayed_chunk",
-            "(run_accepted_at timestamptz, offset_us int8, seq int4, run_id text, data bytea)",
-        ),
-        conflict="(run_id, run_accepted_at, seq)",
-        types=CHUNK_TYPES,
+    # The chunk table has no unique index to meet a conflict on (its index of runs holds each
+    # run once, deduplicated: migration 0022), so a replayed batch always leaves out, by
+    # lookup, the chunks already stored. The batch holds its runs' locks (`runs_lock`), so no
+    # other replay of the same runs stores one in between.
+    cursor.execute(
+        "CREATE TEMP TABLE mortar_replayed_chunk"
+        " (run_accepted_at timestamptz, offset_us int8, seq int4, run_id text, data bytea)"
     )
+    _copy(cursor, "mortar_replayed_chunk", CHUNK_COLUMNS, rows, CHUNK_TYPES)
+    cursor.execute(
+        f"INSERT INTO {table} ({CHUNK_COLUMNS})"
+        f" SELECT DISTINCT ON (t.run_id, t.seq) {', '.join('t.' + c for c in CHUNK_COLUMNS.split(', '))}"
+        " FROM mortar_replayed_chunk t"
+        f" WHERE NOT EXISTS (SELECT 1 FROM {table} c WHERE c.run_id = t.run_id"
+        " AND c.run_accepted_at = t.run_accepted_at AND c.seq = t.seq)"
+    )
+    cursor.execute("DROP TABLE mortar_replayed_chunk")
 
 
 def _copy_skipping_conflicts(

@@ -21,12 +21,14 @@ def write_rows(
     replay: bool,
 ) -> None:
     """Write new runs (by id), then chunks, then outcomes (run id → fields), in the caller's
-    transaction; `replay` changes nothing here, where every insert skips what is there."""
+    transaction; on `replay`, chunks already stored are left out."""
     accepted = _runs_accepted_at(chunks, opened=new_runs)
     Run.objects.bulk_create(
         [Run(**_text_safe(fields)) for fields in new_runs.values()],
         ignore_conflicts=True,
     )
+    if replay and chunks:
+        chunks = _not_stored(chunks)
     RunChunk.objects.bulk_create(
         [
             RunChunk(run_id=r, run_accepted_at=accepted[r], seq=s, offset_us=o, data=d)
@@ -37,6 +39,22 @@ def write_rows(
     )
     for run_id, fields in updates.items():
         Run.objects.filter(pk=run_id).update(**_cut_to_fit(_text_safe(fields)))
+
+
+def _not_stored(chunks: list[ChunkSent]) -> list[ChunkSent]:
+    """A replayed batch's chunks less those stored already. SQLite's key on the chunk table would
+    skip them too, but Postgres's chunk table keeps no unique index (telemetry migration 0022),
+    and this module writes there in the tests that compare the two."""
+    stored = set(
+        RunChunk.objects.filter(run_id__in={chunk.run_id for chunk in chunks}).values_list(
+            "run_id", "seq"
+        )
+    )
+    fresh: dict[tuple[str, int], ChunkSent] = {}
+    for chunk in chunks:
+        if (chunk.run_id, chunk.seq) not in stored:
+            fresh.setdefault((chunk.run_id, chunk.seq), chunk)
+    return list(fresh.values())
 
 
 def _text_safe(fields: RunFields) -> dict[str, Any]:
