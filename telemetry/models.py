@@ -161,7 +161,7 @@ class Run(models.Model):
         return self.id
 
 
-class RunAcceptedAtField(models.DateTimeField):
+class RunAcceptedAtField(models.DateTimeField):  # type: ignore[type-arg]
     """A chunk's copy of its run's `accepted_at`: the chunk table's partition key in Postgres
     (`telemetry.store.partitions`), so a run's chunks are stored in its run's day.
 

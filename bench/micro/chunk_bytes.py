@@ -113,8 +113,7 @@ def measure(runs: int, chunks: int, database: str) -> dict[str, Any]:
             heap = indexes = total = 0
             for leaf in leaves:
                 h, i, t = conn.execute(
-                    "SELECT pg_relation_size(%s), pg_indexes_size(%s),"
-                    " pg_total_relation_size(%s)",
+                    "SELECT pg_relation_size(%s), pg_indexes_size(%s), pg_total_relation_size(%s)",
                     [leaf, leaf, leaf],
                 ).fetchone()
                 heap, indexes, total = heap + h, indexes + i, total + t
@@ -140,8 +139,17 @@ def measure(runs: int, chunks: int, database: str) -> dict[str, Any]:
 def _in_tree(tree: Path, runs: int, chunks: int, database: str) -> dict[str, Any]:
     """`measure` run in another checkout, by this same file."""
     output = subprocess.run(
-        [sys.executable, __file__, "--measure", "--runs", str(runs), "--chunks", str(chunks),
-         "--database", database],
+        [
+            sys.executable,
+            __file__,
+            "--measure",
+            "--runs",
+            str(runs),
+            "--chunks",
+            str(chunks),
+            "--database",
+            database,
+        ],
         cwd=tree,
         env={**os.environ, "PYTHONPATH": str(tree)},
         check=True,
@@ -159,11 +167,19 @@ def _line(label: str, m: dict[str, Any]) -> str:
     )
 
 
+def _baseline_arguments(args: argparse.Namespace) -> str:
+    if not args.baseline:
+        return ""
+    label = f" --baseline-label {args.baseline_label}" if args.baseline_label else ""
+    return f" --baseline DIR{label}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=5000)
     parser.add_argument("--chunks", type=int, default=20)
     parser.add_argument("--baseline", type=Path, help="a checkout of the code to compare with")
+    parser.add_argument("--baseline-label", help="what the baseline is (its commit)")
     parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--database", default="mortar_chunk_bytes", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -173,7 +189,7 @@ def main() -> None:
     lines = []
     if args.baseline:
         baseline = _in_tree(args.baseline, args.runs, args.chunks, "mortar_chunk_bytes_before")
-        lines.append(_line(f"before (`{args.baseline}`)", baseline))
+        lines.append(_line(f"before ({args.baseline_label or args.baseline})", baseline))
     after = _in_tree(ROOT, args.runs, args.chunks, "mortar_chunk_bytes_after")
     lines.append(_line("this tree", after))
     commit = subprocess.run(
@@ -183,7 +199,7 @@ def main() -> None:
         [
             "# Bytes per stored chunk",
             "",
-            f"`python -m bench.micro.chunk_bytes{' --baseline …' if args.baseline else ''}`,"
+            f"`python -m bench.micro.chunk_bytes{_baseline_arguments(args)}`,"
             f" {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, Mortar {commit}: {args.runs:,} streams of"
             f" {args.chunks} chunks written by the run writer's COPY, after `VACUUM ANALYZE`;"
             " the chunk table's bytes (every partition's) divided by its rows.",

@@ -259,9 +259,7 @@ def run_reply(run_id: str, *, accepted_at: datetime | None = None) -> Reply:
     return reply_of(
         [
             bytes(c)
-            for c in _chunks(run_id, accepted_at)
-            .order_by("seq")
-            .values_list("data", flat=True)
+            for c in _chunks(run_id, accepted_at).order_by("seq").values_list("data", flat=True)
         ]
     )
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, date, datetime, timedelta
+from typing import Any
 
 import django.db.models.deletion
 from django.db import migrations, models
@@ -79,7 +80,7 @@ FOR EACH STATEMENT EXECUTE FUNCTION mortar_chunks_have_runs();
 """
 
 
-def _rows(schema_editor: BaseDatabaseSchemaEditor, sql: str, params: list[object]) -> list[tuple]:
+def _rows(schema_editor: BaseDatabaseSchemaEditor, sql: str, params: list[str]) -> list[Any]:
     with schema_editor.connection.cursor() as cursor:
         cursor.execute(sql, params)
         return list(cursor.fetchall())
@@ -183,7 +184,7 @@ def partition_postgres(schema_editor: BaseDatabaseSchemaEditor) -> None:
     )
     schema_editor.execute(f"DROP TABLE {CHUNK}_old")
     schema_editor.execute(f"DROP TABLE {RUN}_old")
-    schema_editor.execute(f"DROP FUNCTION IF EXISTS mortar_chunks_have_runs()")
+    schema_editor.execute("DROP FUNCTION IF EXISTS mortar_chunks_have_runs()")
 
     # The old tables' names are free again: their indexes, constraints and triggers come back.
     schema_editor.execute(

@@ -202,7 +202,7 @@ def _chunks_delete_some(*, run_ids: list[str], limit: int) -> int:
                 f" WHERE run_id IN ({marks}) LIMIT {int(limit)})",
                 run_ids,
             )
-            return cursor.rowcount
+            return int(cursor.rowcount)
     batch = RunChunk.objects.filter(run_id__in=run_ids).order_by().values("pk")[:limit]
     deleted, _ = RunChunk.objects.filter(pk__in=batch).delete()
     return deleted

@@ -61,8 +61,7 @@ def is_partitioned() -> bool:
         return False
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT c.relkind FROM pg_class c"
-            " WHERE c.oid = to_regclass(%s)",
+            "SELECT c.relkind FROM pg_class c WHERE c.oid = to_regclass(%s)",
             [RUN_TABLE],
         )
         row = cursor.fetchone()
@@ -102,7 +101,9 @@ def ensure_partitions(first_day: date, last_day: date) -> list[str]:
     return created
 
 
-def ensure_partitions_ahead(*, today: date | None = None, days_ahead: int = DAYS_AHEAD) -> list[str]:
+def ensure_partitions_ahead(
+    *, today: date | None = None, days_ahead: int = DAYS_AHEAD
+) -> list[str]:
     """Partitions from today to `days_ahead` days on (the scheduled task's and migrate's)."""
     today = today or datetime.now(UTC).date()
     return ensure_partitions(today, today + timedelta(days=days_ahead))
@@ -155,7 +156,9 @@ def default_partition_rows(limit: int | None = None) -> int:
             if limit is None:
                 cursor.execute(f'SELECT count(*) FROM "{name}"')
             else:
-                cursor.execute(f'SELECT count(*) FROM (SELECT 1 FROM "{name}" LIMIT %s) AS r', [limit])
+                cursor.execute(
+                    f'SELECT count(*) FROM (SELECT 1 FROM "{name}" LIMIT %s) AS r', [limit]
+                )
             total += int(cursor.fetchone()[0])
     return total
 
@@ -230,7 +233,7 @@ def _create_partition(cursor: Any, table: str, key: str, day: date) -> None:
     )
     cursor.execute(
         f'WITH moved AS (DELETE FROM "{default}" WHERE "{key}" >= %s AND "{key}" < %s'
-        f" RETURNING {columns}) INSERT INTO \"{name}\" ({columns}) SELECT {columns} FROM moved",
+        f' RETURNING {columns}) INSERT INTO "{name}" ({columns}) SELECT {columns} FROM moved',
         [start, end],
     )
     logger.warning(

@@ -432,9 +432,10 @@ def _copy_chunks(
         " (run_accepted_at timestamptz, offset_us int8, seq int4, run_id text, data bytea)"
     )
     _copy(cursor, "mortar_replayed_chunk", CHUNK_COLUMNS, rows, CHUNK_TYPES)
+    replayed = ", ".join(f"t.{column}" for column in CHUNK_COLUMNS.split(", "))
     cursor.execute(
         f"INSERT INTO {table} ({CHUNK_COLUMNS})"
-        f" SELECT DISTINCT ON (t.run_id, t.seq) {', '.join('t.' + c for c in CHUNK_COLUMNS.split(', '))}"
+        f" SELECT DISTINCT ON (t.run_id, t.seq) {replayed}"
         " FROM mortar_replayed_chunk t"
         f" WHERE NOT EXISTS (SELECT 1 FROM {table} c WHERE c.run_id = t.run_id"
         " AND c.run_accepted_at = t.run_accepted_at AND c.seq = t.seq)"

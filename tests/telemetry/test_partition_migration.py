@@ -156,9 +156,7 @@ def test_a_populated_store_moves_into_day_partitions_without_losing_a_row(databa
     )
     assert _rows(database, "SELECT count(*) FROM telemetry_run_default") == [(0,)]
     # The search column is computed again for every run, and the triggers came back.
-    assert _rows(database, "SELECT count(*) FROM telemetry_run WHERE search IS NOT NULL") == [
-        (3,)
-    ]
+    assert _rows(database, "SELECT count(*) FROM telemetry_run WHERE search IS NOT NULL") == [(3,)]
     triggers = _rows(
         database,
         "SELECT tgname FROM pg_trigger WHERE NOT tgisinternal"

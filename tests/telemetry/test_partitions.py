@@ -45,7 +45,9 @@ def _run(org: Organization, accepted_at: datetime, *, chunks: int = 3, **fields:
 
 def _partition_of(table: str, where: str, params: list[object]) -> str:
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT DISTINCT tableoid::regclass::text FROM {table} WHERE {where}", params)
+        cursor.execute(
+            f"SELECT DISTINCT tableoid::regclass::text FROM {table} WHERE {where}", params
+        )
         return ", ".join(sorted(name for (name,) in cursor.fetchall()))
 
 
