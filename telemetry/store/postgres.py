@@ -130,7 +130,7 @@ class _AcceptedTimes:
         column = _run_table().accepted_at
         for fields in new_runs:
             accepted[fields["id"]] = column.prepare(fields["accepted_at"])
-        unknown = {run_id for run_id, *_ in chunks if run_id not in accepted}
+        unknown = {chunk[0] for chunk in chunks}.difference(accepted)
         unknown.update(run_id for run_id in updates if run_id not in accepted)
         if unknown:
             cursor.execute(
