@@ -223,6 +223,7 @@ def _create_partition(cursor: Any, table: str, key: str, day: date) -> None:
         strays = cursor.fetchone()[0]
     if not strays:
         cursor.execute(f'CREATE TABLE "{name}" PARTITION OF "{table}" FOR VALUES {_bounds(day)}')
+        _statistics_targets(cursor, table, name)
         return
     # The default partition holds rows of this day: they move into the new partition, which is
     # then attached (Postgres refuses to create a partition whose rows the default one holds).
@@ -244,6 +245,21 @@ def _create_partition(cursor: Any, table: str, key: str, day: date) -> None:
         name,
     )
     cursor.execute(f'ALTER TABLE "{table}" ATTACH PARTITION "{name}" FOR VALUES {_bounds(day)}')
+    _statistics_targets(cursor, table, name)
+
+
+def _statistics_targets(cursor: Any, table: str, partition: str) -> None:
+    """The table's columns' statistics targets on a new partition, which does not take them
+    (the run's search vector keeps 10,000 common words: telemetry migration 0015)."""
+    cursor.execute(
+        "SELECT attname, attstattarget FROM pg_attribute WHERE attrelid = to_regclass(%s)"
+        " AND attnum > 0 AND NOT attisdropped AND attstattarget > 0",
+        [table],
+    )
+    for column, target in cursor.fetchall():
+        cursor.execute(
+            f'ALTER TABLE "{partition}" ALTER COLUMN "{column}" SET STATISTICS {int(target)}'
+        )
 
 
 def _stored_columns(cursor: Any, table: str) -> list[str]:
