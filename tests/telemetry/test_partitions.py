@@ -192,3 +192,15 @@ def test_readyz_warns_but_stays_ready_when_a_default_partition_holds_rows() -> N
     assert body["ok"] is True
     assert body["partitions"].startswith("warning: the default partitions hold")
     assert "partitions" not in before or before["partitions"] != body["partitions"]
+
+
+@pytest.mark.postgres
+def test_the_scheduled_task_keeps_a_week_of_partitions_ahead() -> None:
+    from telemetry.tasks import ensure_run_partitions
+
+    today = datetime.now(UTC).date()
+    ensure_run_partitions()  # idempotent: migrate made them already
+
+    days = set(partitions.partition_days())
+    assert {today + timedelta(days=n) for n in range(partitions.DAYS_AHEAD + 1)} <= days
+    assert ensure_run_partitions() == []
