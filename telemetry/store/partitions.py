@@ -129,9 +129,11 @@ def drop_partitions_before(day: date) -> list[str]:
         if names is None:
             break
         dropped.extend(names)
-    # A chunk partition whose run partition is gone already (a drop cut short between the two).
+    # A chunk partition of a day with no run partition (none can hold rows: a chunk's run is
+    # in its day).
+    run_days = set(partition_days(RUN_TABLE))
     for old_day in partition_days(CHUNK_TABLE):
-        if old_day >= day or old_day in partition_days(RUN_TABLE):
+        if old_day >= day or old_day in run_days:
             continue
         names = _drop_day(old_day)
         if names:
