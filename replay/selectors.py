@@ -12,9 +12,10 @@ order, so a replica that has a run's outcome has all of its chunks.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from asgiref.sync import sync_to_async
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from accounts.models import Organization
@@ -63,15 +64,29 @@ def read_from(run: Run) -> str:
     return run._state.db or PRIMARY
 
 
+def chunks_of(
+    run_id: str, accepted_at: datetime | None, *, using: str = PRIMARY
+) -> QuerySet[RunChunk]:
+    """The run's chunks; with its acceptance time, Postgres reads the one partition they are in
+    (`telemetry.store.partitions`) instead of probing every day's."""
+    chunks = RunChunk.objects.using(using).filter(run_id=run_id)
+    return chunks if accepted_at is None else chunks.filter(run_accepted_at=accepted_at)
+
+
 async def chunks_after(
-    run_id: str, seq: int, limit: int = 500, *, using: str = PRIMARY
+    run_id: str,
+    seq: int,
+    limit: int = 500,
+    *,
+    accepted_at: datetime | None = None,
+    using: str = PRIMARY,
 ) -> list[RunChunk]:
     return await database_read(
         lambda: read_on(
             using,
             lambda alias: list(
-                RunChunk.objects.using(alias)
-                .filter(run_id=run_id, seq__gt=seq)
+                chunks_of(run_id, accepted_at, using=alias)
+                .filter(seq__gt=seq)
                 .order_by("seq")
                 .only("seq", "offset_us", "data")[:limit]
             ),
@@ -79,7 +94,8 @@ async def chunks_after(
     )
 
 
-async def run_status(run_id: str) -> str | None:
-    return await database_read(
-        lambda: Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
-    )
+async def run_status(run_id: str, *, accepted_at: datetime | None = None) -> str | None:
+    runs = Run.objects.filter(pk=run_id)
+    if accepted_at is not None:
+        runs = runs.filter(accepted_at=accepted_at)  # one partition
+    return await database_read(lambda: runs.values_list("status", flat=True).first())

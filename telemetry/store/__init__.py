@@ -14,4 +14,6 @@ The request path hands rows to the writer; everything after that is here:
 - ``search_text``: the text a run is found by, its prompt's and its reply's.
 - ``spool``: the files that hold rows while the database is away.
 - ``chunklog``: the crash log, every queued row on local disk until it is stored.
+- ``partitions``: the run and chunk tables' day partitions in Postgres: created ahead, dropped
+  by retention.
 """

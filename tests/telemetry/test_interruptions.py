@@ -384,18 +384,17 @@ def test_a_replay_while_a_sweep_is_closing_the_run_is_counted(orphan_committed: 
 
 @pytest.mark.postgres
 def test_a_sweep_waits_for_a_replay_of_the_run_s_chunks_to_commit(orphan_committed: Run) -> None:
-    """The other order: a replay has written the run's late chunks and not yet committed (it
-    waits here on a transaction holding one of the same chunks). A sweep closing the run then
-    would count without them, and the replay, seeing the run still in progress, would not
-    count again."""
+    """The other order: a replay has begun and not yet committed (it holds the run and waits
+    here, to store the run's late chunks, on a transaction that keeps the chunk table from
+    taking rows). A sweep closing the run then would count without them, and the replay,
+    seeing the run still in progress, would not count again."""
     release = threading.Event()
-    last = late_chunks(orphan_committed)[-1]
-    holder = held_open(
-        lambda: RunChunk.objects.create(
-            run_id=last.run_id, seq=last.seq, offset_us=last.offset_us, data=last.data
-        ),
-        release,
-    )
+
+    def block_chunk_inserts() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(f"LOCK TABLE {RunChunk._meta.db_table} IN SHARE MODE")
+
+    holder = held_open(block_chunk_inserts, release)
     try:
         replay = OnItsOwnConnection(lambda: write_batch(late_chunks(orphan_committed), replay=True))
         wait_until(
