@@ -114,10 +114,17 @@ $(LLAMA_VENV)/.installed:
 
 llama-server: $(LLAMA_VENV)/.installed
 
+## The suite mostly waits (on its servers, the browser, the model server), so it runs in
+## PYTEST_WORKERS pytest-xdist processes, each with its own test database, Redis prefix and var
+## directory (config/test_settings.py); a test file stays in one process, with its module's
+## servers and browser. PYTEST_WORKERS=0 runs the suite in this one process.
+PYTEST_WORKERS ?= 2
+PYTEST_XDIST := $(if $(filter 0,$(PYTEST_WORKERS)),-p no:xdist,-n $(PYTEST_WORKERS) --dist loadfile)
+
 ## test: lint, then the whole suite on Postgres and Redis (DATABASE_URL / REDIS_URL), the tests
 ## on a real model server included (`llama-server` above; alone: pytest -m llamacpp)
 test: install lint chromium llama-server
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 ## test-embedded: the suite on the embedded default `make serve` runs (a SQLite file, the memory
 ## backplane, in-memory channel layer and cache, eager Celery), less the tests that need Postgres
@@ -125,7 +132,7 @@ test: install lint chromium llama-server
 ## (`llamacpp`: `make test` runs them)
 test-embedded: install chromium
 	MORTAR_TEST_BACKENDS=embedded $(BIN)/python -m pytest -m "not postgres and not redis and not llamacpp" \
-		$(PYTEST_ARGS)
+		$(PYTEST_XDIST) $(PYTEST_ARGS)
 
 ## bench: the harness (bench/run.py, bench/harness/): Mortar beside LiteLLM and the mock model
 ## server on chat completions, Mortar on Anthropic's Messages too, and Mortar with two workers,

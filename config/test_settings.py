@@ -3,7 +3,8 @@
 - `services` (the default, `make test`): the real Postgres and Redis. Each run gets its own
   test database name and Redis key / channel-layer prefix, so two suites (or a suite and a
   running server) on the same servers never see each other's data. The defaults are the local
-  servers at 127.0.0.1:5432 and :6379; DATABASE_URL / REDIS_URL override.
+  servers at 127.0.0.1:5432 and :6379; DATABASE_URL / REDIS_URL override. Under pytest-xdist
+  (`make test`'s default) each worker gets its own too.
 - `embedded` (`make test-embedded`): what `make serve` runs on a bare machine — SQLite, the
   memory backplane, the in-memory channel layer and cache, Celery eager — whatever the
   environment says. The test database is a file under the run's MORTAR_VAR_DIR, so the server
@@ -20,6 +21,16 @@ BACKENDS = os.environ.setdefault("MORTAR_TEST_BACKENDS", "services")
 RUN_TAG = os.environ.setdefault("MORTAR_TEST_RUN", uuid.uuid4().hex[:10])
 os.environ.setdefault("MORTAR_VAR_DIR", tempfile.mkdtemp(prefix=f"mortar-test-{RUN_TAG}-"))
 os.environ.setdefault("MORTAR_REDIS_PREFIX", f"mortar-test-{RUN_TAG}")
+# Under pytest-xdist each worker process (gw0, gw1, …) is a suite of its own: it inherits the
+# run's values from the controller, and gets a var directory and Redis prefix of its own below
+# them (pytest-django gives it a test database of its own by suffixing the name with the
+# worker's id). Without this the workers' servers would share secret keys, metrics files,
+# channel-layer groups and budget counters.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+# A child process that inherits a worker's values keeps them.
+if WORKER and not os.environ["MORTAR_REDIS_PREFIX"].endswith(f"-{WORKER}"):
+    os.environ["MORTAR_VAR_DIR"] = os.path.join(os.environ["MORTAR_VAR_DIR"], WORKER)
+    os.environ["MORTAR_REDIS_PREFIX"] = f"{os.environ['MORTAR_REDIS_PREFIX']}-{WORKER}"
 if BACKENDS == "services":
     os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
     os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")

@@ -1,7 +1,10 @@
 """The suite runs on the backends it was configured for (config/test_settings.py,
 `MORTAR_TEST_BACKENDS`): a misconfigured CI step fails here, loudly."""
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,7 @@ from django.db import connection
 from config.celery import app as celery_app
 from core.backplane import backplane
 from tests.conftest import server_database_problem
+from tests.support.servers import ROOT
 
 BACKENDS = os.environ["MORTAR_TEST_BACKENDS"]
 EXPECTED = {
@@ -80,3 +84,58 @@ def test_the_suite_uses_redis_with_its_own_prefix() -> None:
     assert settings.CACHES["default"]["BACKEND"] == "django.core.cache.backends.redis.RedisCache"
     assert settings.CHANNEL_LAYERS["default"]["BACKEND"] == "channels_redis.core.RedisChannelLayer"
     assert settings.REDIS_PREFIX.startswith("mortar-test-")
+
+
+def _test_settings_in(env: dict[str, str]) -> dict[str, str]:
+    """What config/test_settings.py settles on in a fresh process with `env` (and none of this
+    run's own MORTAR_ values)."""
+    script = (
+        "import json, os, config.test_settings as s; print(json.dumps({"
+        "'var_dir': str(s.VAR_DIR), 'prefix': s.REDIS_PREFIX,"
+        " 'db': os.environ['MORTAR_TEST_DB_NAME']}))"
+    )
+    inherited = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("MORTAR_", "PYTEST_", "DJANGO_"))
+        and key not in {"DATABASE_URL", "REDIS_URL"}
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env={**inherited, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_each_parallel_worker_gets_its_own_var_dir_and_redis_prefix(tmp_path: Path) -> None:
+    # `make test` runs the suite in pytest-xdist workers: each inherits the run's values from
+    # the controller and must not share its servers' files or Redis keys with another worker.
+    run = {"MORTAR_TEST_RUN": "tag42", "MORTAR_VAR_DIR": str(tmp_path)}
+    gw0 = _test_settings_in({**run, "PYTEST_XDIST_WORKER": "gw0"})
+    gw1 = _test_settings_in({**run, "PYTEST_XDIST_WORKER": "gw1"})
+    assert gw0["var_dir"] == str(tmp_path / "gw0") and gw1["var_dir"] == str(tmp_path / "gw1")
+    assert (gw0["prefix"], gw1["prefix"]) == ("mortar-test-tag42-gw0", "mortar-test-tag42-gw1")
+    # A process the worker starts with its environment stays in the worker's place.
+    child = _test_settings_in(
+        {
+            **run,
+            "MORTAR_VAR_DIR": gw1["var_dir"],
+            "MORTAR_REDIS_PREFIX": gw1["prefix"],
+            "PYTEST_XDIST_WORKER": "gw1",
+        }
+    )
+    assert (child["var_dir"], child["prefix"]) == (gw1["var_dir"], gw1["prefix"])
+    # Serially, the run's own values.
+    alone = _test_settings_in(run)
+    assert (alone["var_dir"], alone["prefix"]) == (str(tmp_path), "mortar-test-tag42")
+
+
+def test_an_embedded_worker_s_database_file_is_in_its_own_var_dir(tmp_path: Path) -> None:
+    run = {"MORTAR_TEST_RUN": "tag42", "MORTAR_VAR_DIR": str(tmp_path)}
+    embedded = {**run, "MORTAR_TEST_BACKENDS": "embedded", "PYTEST_XDIST_WORKER": "gw1"}
+    assert _test_settings_in(embedded)["db"] == str(tmp_path / "gw1" / "test_mortar_tag42.sqlite3")
