@@ -219,6 +219,9 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"global_keyprefix": f"{REDIS_PREFIX}:celery:"
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE = {
     "purge-expired-runs": {"task": "telemetry.tasks.purge_expired_runs", "schedule": 3600.0},
+    # The run store's day partitions, a week ahead (Postgres): hourly, so a missed day or a
+    # beat down for a while still finds them made well before they fill.
+    "ensure-run-partitions": {"task": "telemetry.tasks.ensure_run_partitions", "schedule": 3600.0},
     "rollup-usage": {
         "task": "telemetry.tasks.rollup_usage",
         "schedule": 300.0,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
 
 
@@ -25,7 +27,9 @@ class Run(models.Model):
         UPSTREAM_COUNT = "upstream_count"
 
     # The run id is the reply's id, so a client finds its run from its reply: chatcmpl- + 24 hex
-    # for a chat completion, msg_ + 24 hex for a Message (`core.ids`).
+    # for a chat completion, msg_ + 24 hex for a Message (`core.ids`). Django's key; in Postgres
+    # the table is partitioned by day of `accepted_at` and its key is (id, accepted_at), which a
+    # partitioned table's key must include (docs/decisions/run-store-partitions.md).
     id = models.CharField(max_length=40, primary_key=True)
     # No index of its own: the indexes below that lead with it serve the foreign key and every
     # filter by organization (migration 0019).
@@ -157,28 +161,47 @@ class Run(models.Model):
         return self.id
 
 
+class RunAcceptedAtField(models.DateTimeField):
+    """A chunk's copy of its run's `accepted_at`: the chunk table's partition key in Postgres
+    (`telemetry.store.partitions`), so a run's chunks are stored in its run's day.
+
+    The run writer fills it from the run it stores; a chunk saved through the ORM without it
+    takes its run's (one query when the run is not loaded).
+    """
+
+    def pre_save(self, model_instance: models.Model, add: bool) -> Any:
+        value = getattr(model_instance, self.attname)
+        if value is None and add:
+            value = model_instance.run.accepted_at  # type: ignore[attr-defined]
+            setattr(model_instance, self.attname, value)
+        return value
+
+
 class RunChunk(models.Model):
     """One piece of a response exactly as sent: an SSE event's bytes, or a whole JSON body."""
 
-    id = models.BigAutoField(primary_key=True)
-    # No index of its own: the unique (run, seq) constraint already serves lookups by run.
-    # No foreign key constraint in the database (migration 0019): its check, at each commit,
-    # looked every chunk's run up and locked it, a third of what storing a stream cost
-    # Postgres. A statement-level trigger refuses chunks of a run that is not stored instead
-    # (the run writer's SQLite path checks the same), and Django deletes a run's chunks with
-    # it (the ORM carries `on_delete` out itself).
+    # Keyed by run, its acceptance time and sequence: no surrogate id (a bigint and its index
+    # per chunk, migration 0022), and Postgres's key of a partitioned table must hold the
+    # partition key. Nothing refers to a chunk.
+    pk = models.CompositePrimaryKey("run_id", "run_accepted_at", "seq")
+    # No index of its own: the primary key leads with it. No foreign key constraint in the
+    # database (migration 0019): its check, at each commit, looked every chunk's run up and
+    # locked it, a third of what storing a stream cost Postgres (and a partitioned run table
+    # cannot be referred to by `id` alone). A statement-level trigger refuses chunks of a run
+    # that is not stored instead (the run writer's SQLite path checks the same), and Django
+    # deletes a run's chunks with it (the ORM carries `on_delete` out itself).
     run = models.ForeignKey(
         Run, on_delete=models.CASCADE, related_name="chunks", db_index=False, db_constraint=False
     )
+    # The run's `accepted_at`; read a run's chunks with it (`run_accepted_at=run.accepted_at`)
+    # and Postgres reads one partition.
+    run_accepted_at = RunAcceptedAtField()
     seq = models.PositiveIntegerField()
     # Microseconds since the run was accepted.
     offset_us = models.BigIntegerField()
     data = models.BinaryField()
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["run", "seq"], name="run_chunk_seq_unique"),
-        ]
         ordering = ["run", "seq"]
 
     def __str__(self) -> str:
@@ -319,8 +342,17 @@ class RunImage(models.Model):
     """One image of a run's request, in the order the request carried them."""
 
     id = models.BigAutoField(primary_key=True)
-    # No index of its own: the unique (run, position) constraint serves lookups by run.
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="images", db_index=False)
+    # No index of its own: the unique (run, position) constraint serves lookups by run. No
+    # foreign key constraint in the database: in Postgres the run table is partitioned by
+    # `accepted_at`, and its key is (id, accepted_at), so `id` alone cannot be referred to.
+    # Django deletes a run's images with it; retention deletes those of a day it drops.
+    run = models.ForeignKey(
+        Run,
+        on_delete=models.CASCADE,
+        related_name="images",
+        db_index=False,
+        db_constraint=False,
+    )
     position = models.PositiveIntegerField()
     # DO_NOTHING: an image is deleted only once no run uses it (the retention purge), in one
     # DELETE … WHERE NOT EXISTS, so a link written meanwhile is never deleted with it; the

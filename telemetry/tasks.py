@@ -1,5 +1,5 @@
-"""Celery tasks of the run store: the retention purge, the hourly usage rollups and the closing
-of a dead worker's runs.
+"""Celery tasks of the run store: the retention purge, the day partitions created ahead, the
+hourly usage rollups and the closing of a dead worker's runs.
 
 Beat runs them (`CELERY_BEAT_SCHEDULE` in config/settings.py). Each takes simple arguments,
 calls one service and is safe to run twice, or twice at once: the purge is idempotent, the
@@ -15,6 +15,7 @@ from django.db import InterfaceError, OperationalError
 from telemetry.services.interruptions import runs_interrupt_orphaned
 from telemetry.services.retention import runs_purge_expired
 from telemetry.services.rollups import usage_rollups_catch_up
+from telemetry.store.partitions import ensure_partitions_ahead
 
 # A lost database connection is retried with backoff, a bounded number of times.
 retried_task = shared_task(
@@ -31,6 +32,12 @@ def purge_expired_runs(organization_id: int | None = None) -> dict[str, int]:
     """Delete expired runs and strip content retention forbids, for one or every organization."""
     organization_ids = None if organization_id is None else [organization_id]
     return runs_purge_expired(organization_ids=organization_ids).as_dict()
+
+
+@retried_task
+def ensure_run_partitions() -> list[str]:
+    """Create the run store's day partitions from today to a week ahead (Postgres; idempotent)."""
+    return ensure_partitions_ahead()
 
 
 @retried_task

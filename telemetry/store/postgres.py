@@ -19,6 +19,11 @@ row is kept low, without changing what is stored:
   from there with ON CONFLICT DO NOTHING. The temporary table is dropped at once (a rollback
   drops it too), so even a batch written inside an outer transaction leaves nothing behind.
   Outcome UPDATEs are idempotent by nature.
+- The run and chunk tables are partitioned by the run's acceptance time
+  (``telemetry.store.partitions``): a chunk row carries its run's ``accepted_at``, and an
+  outcome's UPDATE names it too, so Postgres touches the one partition where the run is. The
+  writer knows it from the runs it stored (``_AcceptedTimes``), and asks the database for a
+  run it did not store itself (a dead worker's rows, replayed).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from typing import Any
 
 import orjson
 import psycopg
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import NOT_PROVIDED, Field, ForeignKey
 from psycopg.types.json import Jsonb
 from psycopg.types.string import BytesBinaryDumper
@@ -42,10 +47,11 @@ from telemetry.models import Run, RunChunk
 from telemetry.store.items import ChunkSent
 from telemetry.store.records import RunFields
 
-CHUNK_COLUMNS = "run_id, seq, offset_us, data"
-CHUNK_TYPES = ["text", "int4", "int8", "bytea"]
+# In the table's own column order (migration 0022).
+CHUNK_COLUMNS = "run_accepted_at, offset_us, seq, run_id, data"
+CHUNK_TYPES = ["timestamptz", "int8", "int4", "text", "bytea"]
 
-Chunk = tuple[str, int, int, bytes]
+Chunk = tuple[str, int, int, bytes]  # run id, seq, offset µs, data: a `ChunkSent`
 
 
 def write_rows(
@@ -87,12 +93,64 @@ def write(
         # one in Python (it unwraps dbapi Binary, never passed here) that costs a third of a
         # chunk row's COPY.
         cursor.adapters.register_dumper(bytes, BytesBinaryDumper)
+        accepted = _ACCEPTED.of(cursor, new_runs, chunks, updates)
         if new_runs:
             _copy_runs(cursor, new_runs, replay=replay)
         if chunks:
-            _copy_chunks(cursor, chunks, replay=replay)
+            _copy_chunks(cursor, chunks, accepted, replay=replay)
         if updates:
-            _update_runs(cursor, updates)
+            _update_runs(cursor, updates, accepted)
+        _ACCEPTED.forget(new_runs, updates)
+
+
+class _AcceptedTimes:
+    """The acceptance times of the runs this process's writer stored and has not closed: a run's
+    later chunks and outcome name its partition with it. Only a shortcut: a run it does not
+    know is looked up (one query for a batch's unknown runs)."""
+
+    # Bounded: runs left open forever (a client gone, its close lost) must not grow it.
+    LIMIT = 50_000
+
+    def __init__(self) -> None:
+        self._times: dict[str, datetime] = {}
+
+    def of(
+        self,
+        cursor: psycopg.Cursor[Any],
+        new_runs: Sequence[RunFields],
+        chunks: Sequence[Chunk],
+        updates: dict[str, RunFields],
+    ) -> dict[str, datetime]:
+        """The acceptance time of every run the batch names; a run not stored has none."""
+        accepted = self._times
+        if len(accepted) + len(new_runs) > self.LIMIT:
+            accepted.clear()
+        column = _run_table().accepted_at
+        for fields in new_runs:
+            accepted[fields["id"]] = column.prepare(fields["accepted_at"])
+        unknown = {run_id for run_id, *_ in chunks if run_id not in accepted}
+        unknown.update(run_id for run_id in updates if run_id not in accepted)
+        if unknown:
+            cursor.execute(
+                f"SELECT id, accepted_at FROM {_run_table().name} WHERE id = ANY(%s)",
+                [list(unknown)],
+            )
+            accepted.update(cursor.fetchall())
+        return accepted
+
+    def forget(self, new_runs: Sequence[RunFields], updates: dict[str, RunFields]) -> None:
+        """Forget the runs stored closed or closed now: nothing more of theirs comes."""
+        closed = [fields["id"] for fields in new_runs if _closes(fields)]
+        closed.extend(run_id for run_id, fields in updates.items() if _closes(fields))
+        for run_id in closed:
+            self._times.pop(run_id, None)
+
+
+def _closes(fields: RunFields) -> bool:
+    return fields.get("status", Run.Status.IN_PROGRESS) != Run.Status.IN_PROGRESS
+
+
+_ACCEPTED = _AcceptedTimes()
 
 
 def json_dumps(value: Any) -> bytes:
@@ -240,6 +298,7 @@ class _RunTable:
         self.static_defaults = not any(_per_row(f) for f in fields)
         self.defaults = [c.prepare(c.field.get_default()) for c in self.columns]
         self.jsonb = [i for i, c in enumerate(self.columns) if c.kind.copy_type == "jsonb"]
+        self.accepted_at = self.columns[self.index["accepted_at"]]
 
     def row(self, fields: RunFields) -> list[Any]:
         """A run's values for COPY, in column order."""
@@ -299,8 +358,10 @@ class _RunTable:
                 assignments.append(f"{column} = v.{column}")
         return (
             f"UPDATE {self.name} AS r SET {', '.join(assignments)}"
-            f" FROM jsonb_to_recordset(%s) AS v(id text, {', '.join(definitions)})"
-            " WHERE r.id = v.id"
+            " FROM jsonb_to_recordset(%s)"
+            f" AS v(id text, accepted_at timestamptz, {', '.join(definitions)})"
+            # The acceptance time too: the run's partition, the one Postgres reads.
+            " WHERE r.id = v.id AND r.accepted_at = v.accepted_at"
         )
 
 
@@ -335,23 +396,41 @@ def _copy_runs(cursor: psycopg.Cursor[Any], runs: Sequence[RunFields], *, replay
         table=table.name,
         columns=table.column_list,
         temporary=("mortar_replayed_run", f"(LIKE {table.name})"),
-        conflict="(id)",
+        conflict="(id, accepted_at)",
         types=table.copy_types,
     )
 
 
-def _copy_chunks(cursor: psycopg.Cursor[Any], chunks: Sequence[Chunk], *, replay: bool) -> None:
+def _copy_chunks(
+    cursor: psycopg.Cursor[Any],
+    chunks: Sequence[Chunk],
+    accepted: dict[str, datetime],
+    *,
+    replay: bool,
+) -> None:
     table = connection.ops.quote_name(RunChunk._meta.db_table)
+    try:
+        rows = [
+            (accepted[run_id], offset_us, seq, run_id, data)
+            for run_id, seq, offset_us, data in chunks
+        ]
+    except KeyError as missing:
+        # As the chunk table's trigger refuses them (migration 0019): the batch is then
+        # written run by run, and this run's chunks dropped.
+        raise IntegrityError(f"a chunk's run is not stored: {missing.args[0]}") from None
     if not replay:
-        _copy(cursor, table, CHUNK_COLUMNS, chunks, CHUNK_TYPES)
+        _copy(cursor, table, CHUNK_COLUMNS, rows, CHUNK_TYPES)
         return
     _copy_skipping_conflicts(
         cursor,
-        chunks,
+        rows,
         table=table,
         columns=CHUNK_COLUMNS,
-        temporary=("mortar_replayed_chunk", "(run_id text, seq int4, offset_us int8, data bytea)"),
-        conflict="(run_id, seq)",
+        temporary=(
+            "mortar_replayed_chunk",
+            "(run_accepted_at timestamptz, offset_us int8, seq int4, run_id text, data bytea)",
+        ),
+        conflict="(run_id, run_accepted_at, seq)",
         types=CHUNK_TYPES,
     )
 
@@ -396,12 +475,18 @@ def _copy(
             copy.write_row(row)
 
 
-def _update_runs(cursor: psycopg.Cursor[Any], updates: dict[str, RunFields]) -> None:
-    """Apply outcomes: one UPDATE per set of field names (usually just one)."""
+def _update_runs(
+    cursor: psycopg.Cursor[Any], updates: dict[str, RunFields], accepted: dict[str, datetime]
+) -> None:
+    """Apply outcomes: one UPDATE per set of field names (usually just one). An outcome of a
+    run not stored updates nothing, as an UPDATE that finds no row."""
     table = _run_table()
     by_names: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for run_id, fields in updates.items():
-        row: dict[str, Any] = {"id": run_id}
+        accepted_at = accepted.get(run_id)
+        if accepted_at is None:
+            continue
+        row: dict[str, Any] = {"id": run_id, "accepted_at": accepted_at}
         for name, value in fields.items():
             column = table.outcome_column(name)
             value = column.prepare(value)

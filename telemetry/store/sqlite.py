@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Mapping
 from typing import Any
 
 from django.db import IntegrityError
@@ -22,13 +22,16 @@ def write_rows(
 ) -> None:
     """Write new runs (by id), then chunks, then outcomes (run id → fields), in the caller's
     transaction; `replay` changes nothing here, where every insert skips what is there."""
-    _refuse_chunks_without_runs(chunks, opened=new_runs.keys())
+    accepted = _runs_accepted_at(chunks, opened=new_runs)
     Run.objects.bulk_create(
         [Run(**_text_safe(fields)) for fields in new_runs.values()],
         ignore_conflicts=True,
     )
     RunChunk.objects.bulk_create(
-        [RunChunk(run_id=r, seq=s, offset_us=o, data=d) for r, s, o, d in chunks],
+        [
+            RunChunk(run_id=r, run_accepted_at=accepted[r], seq=s, offset_us=o, data=d)
+            for r, s, o, d in chunks
+        ],
         batch_size=500,
         ignore_conflicts=True,
     )
@@ -55,11 +58,19 @@ def _cut_to_fit(fields: dict[str, Any]) -> dict[str, Any]:
     return fitted
 
 
-def _refuse_chunks_without_runs(chunks: list[ChunkSent], *, opened: Collection[str]) -> None:
-    """Refuse the batch if a chunk's run is neither in it nor stored, as the database's check
+def _runs_accepted_at(
+    chunks: list[ChunkSent], *, opened: Mapping[str, RunFields]
+) -> dict[str, Any]:
+    """The acceptance time of each chunk's run, which the chunk row carries.
+
+    Refuses the batch if a chunk's run is neither in it nor stored, as the database's check
     does in Postgres (telemetry migration 0019): the batch is then written run by run, and such
     a run's chunks dropped, not stored where nothing would ever read or purge them."""
-    earlier = {chunk.run_id for chunk in chunks}.difference(opened)
-    missing = earlier - set(Run.objects.filter(pk__in=earlier).values_list("pk", flat=True))
+    named = {chunk.run_id for chunk in chunks}
+    accepted = {run_id: opened[run_id]["accepted_at"] for run_id in named if run_id in opened}
+    earlier = named.difference(accepted)
+    accepted.update(Run.objects.filter(pk__in=earlier).values_list("pk", "accepted_at"))
+    missing = named.difference(accepted)
     if missing:
         raise IntegrityError(f"a chunk's run is not stored: {min(missing)}")
+    return accepted
