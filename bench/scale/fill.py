@@ -300,8 +300,8 @@ class SavedIndex:
 
 
 def droppable_indexes(conn: psycopg.Connection) -> list[SavedIndex]:
-    """The run and chunk tables' indexes, but the run table's primary key (foreign keys
-    refer to it) and the chunk table's (a sequence's, filled in order)."""
+    """The run and chunk tables' indexes and the constraints they back, but a key that a
+    foreign key refers to (it must stay), and a key on a sequence (filled in order, cheap)."""
     saved = []
     for table in (database.RUN_TABLE, database.CHUNK_TABLE):
         rows = conn.execute(
@@ -316,14 +316,25 @@ def droppable_indexes(conn: psycopg.Connection) -> list[SavedIndex]:
             [table],
         ).fetchall()
         for index, index_def, constraint, constraint_def, kind in rows:
-            if kind == "p":
+            if kind in ("p", "u") and _kept_key(conn, table, constraint, index_def):
                 continue
             if constraint:
                 create = f'ALTER TABLE {table} ADD CONSTRAINT "{constraint}" {constraint_def}'
                 saved.append(SavedIndex(table, constraint, create, True))
             else:
-                saved.append(SavedIndex(table, index, index_def, False))
+                # A partitioned table's index reads `ON ONLY`: built on every partition again.
+                create = index_def.replace(" ON ONLY ", " ON ", 1)
+                saved.append(SavedIndex(table, index, create, False))
     return saved
+
+
+def _kept_key(conn: psycopg.Connection, table: str, constraint: str, index_def: str) -> bool:
+    referred = conn.execute(
+        "SELECT 1 FROM pg_constraint f JOIN pg_constraint k ON k.conindid = f.conindid"
+        " WHERE f.contype = 'f' AND f.confrelid = %s::regclass AND k.conname = %s",
+        [table, constraint],
+    ).fetchone()
+    return referred is not None or index_def.endswith("(id)")
 
 
 def drop_indexes(conn: psycopg.Connection, indexes: list[SavedIndex]) -> None:
@@ -406,6 +417,11 @@ def fill(
                 },
             )
             chunks = cursor.rowcount
+            if the_layout.partitioned:
+                # What autovacuum would have done in the 60 days (insert-driven vacuums): done
+                # now, while the day's pages are in memory, and with no index to scan yet.
+                for table in (database.RUN_TABLE, database.CHUNK_TABLE):
+                    conn.execute(f"VACUUM {table}_p{start:%Y%m%d}")
         done["runs"] += last - first + 1
         done["chunks"] += chunks
         done["days"] += 1
