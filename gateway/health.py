@@ -36,6 +36,31 @@ def _database_error() -> Exception | None:
         return exc
 
 
+# Counted up to this many: a probe every few seconds must stay cheap even if the guard filled.
+DEFAULT_PARTITION_COUNT_LIMIT = 1000
+
+
+def _partitions_warning() -> str | None:
+    """A warning when the run store's default partitions hold rows (Postgres): the day
+    partitions were not created ahead of their day (`telemetry.store.partitions`). Rows there
+    are kept and served; retention cannot drop them by the day."""
+    from telemetry.store.partitions import default_partition_rows
+
+    try:
+        rows = default_partition_rows(limit=DEFAULT_PARTITION_COUNT_LIMIT)
+    except Exception as exc:  # readiness reports, it doesn't raise
+        logger.warning("readyz: default partitions not read: %r", exc)
+        return None
+    if not rows:
+        return None
+    more = "+" if rows >= DEFAULT_PARTITION_COUNT_LIMIT else ""
+    logger.warning("readyz: the run store's default partitions hold %d%s rows", rows, more)
+    return (
+        f"warning: the default partitions hold {rows}{more} rows; day partitions are missing"
+        " (run telemetry.tasks.ensure_run_partitions, or `manage.py migrate`)"
+    )
+
+
 async def _backplane_error(plane: Backplane) -> Exception | None:
     try:
         await plane.ping()
@@ -90,5 +115,10 @@ async def readyz(request: HttpRequest) -> HttpResponse:
         plane.name: _state(plane.name, backplane_error, detailed=detailed),
         "run_writer": _writer(writer_status(), detailed=detailed),
     }
+    if database_error is None:
+        # Still ready: the rows are stored, only not where retention drops them by the day.
+        warning = await sync_to_async(_partitions_warning)()
+        if warning is not None:
+            checks["partitions"] = warning
     ok = database_error is None and backplane_error is None
     return json_response({"ok": ok, "version": __version__, **checks}, status=200 if ok else 503)

@@ -148,7 +148,7 @@ async def replay_run(
     headers = {"X-Mortar-Run-Id": run.id}
     if run.stream is False:
         # A JSON reply is replayed as the one body the client got.
-        chunks = await chunks_after(run.id, -1, limit=1)
+        chunks = await chunks_after(run.id, -1, limit=1, accepted_at=run.accepted_at)
         if not chunks:
             raise run_gone(run_id)
         return HttpResponse(bytes(chunks[0].data), content_type="application/json", headers=headers)
@@ -161,6 +161,7 @@ async def replay_run(
             after=after,
             pace_original=request.GET.get("pace") == "original",
             in_progress=run.status == Run.Status.IN_PROGRESS,
+            accepted_at=run.accepted_at,
         ),
         content_type="text/event-stream",
         headers=headers,

@@ -7,8 +7,9 @@ without Django's request handler, so nothing closes a connection a Postgres rest
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from accounts.models import Organization
@@ -30,17 +31,28 @@ async def replayable_run(run_id: str, organization: Organization) -> Run | None:
     return run
 
 
-async def chunks_after(run_id: str, seq: int, limit: int = 500) -> list[RunChunk]:
+def chunks_of(run_id: str, accepted_at: datetime | None) -> QuerySet[RunChunk]:
+    """The run's chunks; with its acceptance time, Postgres reads the one partition they are in
+    (`telemetry.store.partitions`) instead of probing every day's."""
+    chunks = RunChunk.objects.filter(run_id=run_id)
+    return chunks if accepted_at is None else chunks.filter(run_accepted_at=accepted_at)
+
+
+async def chunks_after(
+    run_id: str, seq: int, limit: int = 500, *, accepted_at: datetime | None = None
+) -> list[RunChunk]:
     return await database_read(
         lambda: list(
-            RunChunk.objects.filter(run_id=run_id, seq__gt=seq)
+            chunks_of(run_id, accepted_at)
+            .filter(seq__gt=seq)
             .order_by("seq")
             .only("seq", "offset_us", "data")[:limit]
         )
     )
 
 
-async def run_status(run_id: str) -> str | None:
-    return await database_read(
-        lambda: Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
-    )
+async def run_status(run_id: str, *, accepted_at: datetime | None = None) -> str | None:
+    runs = Run.objects.filter(pk=run_id)
+    if accepted_at is not None:
+        runs = runs.filter(accepted_at=accepted_at)  # one partition
+    return await database_read(lambda: runs.values_list("status", flat=True).first())

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from datetime import datetime
 
 from replay.selectors import chunks_after, run_status
 from telemetry.models import Run
@@ -20,14 +21,19 @@ FOLLOW_POLL_SECONDS = 0.1
 
 
 async def replay_events(
-    run_id: str, *, after: int, pace_original: bool, in_progress: bool
+    run_id: str,
+    *,
+    after: int,
+    pace_original: bool,
+    in_progress: bool,
+    accepted_at: datetime | None = None,
 ) -> AsyncIterator[bytes]:
     last = after
     started = time.monotonic()
     first_offset: int | None = None
     finished_at: float | None = None
     while True:
-        chunks = await chunks_after(run_id, last)
+        chunks = await chunks_after(run_id, last, accepted_at=accepted_at)
         for chunk in chunks:
             if pace_original:
                 if first_offset is None:
@@ -44,7 +50,7 @@ async def replay_events(
             return
         # Following a live run: stop once it has ended and its last chunks are in.
         if finished_at is None:
-            status = await run_status(run_id)
+            status = await run_status(run_id, accepted_at=accepted_at)
             if status != Run.Status.IN_PROGRESS:
                 finished_at = time.monotonic()
         elif time.monotonic() - finished_at > FOLLOW_POLL_SECONDS * 3:

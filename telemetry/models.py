@@ -177,6 +177,20 @@ class RunAcceptedAtField(models.DateTimeField):
         return value
 
 
+class RunChunkQuerySet(models.QuerySet["RunChunk"]):
+    def bulk_create(self, objs: Any, *args: Any, **kwargs: Any) -> list[RunChunk]:
+        """As Django's, the chunks' `run_accepted_at` taken from their runs where not given
+        (part of the key: a chunk without it would count as one with no key)."""
+        objs = list(objs)
+        missing = {chunk.run_id for chunk in objs if chunk.run_accepted_at is None}
+        if missing:
+            accepted = dict(Run.objects.filter(pk__in=missing).values_list("pk", "accepted_at"))
+            for chunk in objs:
+                if chunk.run_accepted_at is None:
+                    chunk.run_accepted_at = accepted.get(chunk.run_id)
+        return super().bulk_create(objs, *args, **kwargs)
+
+
 class RunChunk(models.Model):
     """One piece of a response exactly as sent: an SSE event's bytes, or a whole JSON body."""
 
@@ -200,6 +214,8 @@ class RunChunk(models.Model):
     # Microseconds since the run was accepted.
     offset_us = models.BigIntegerField()
     data = models.BinaryField()
+
+    objects = RunChunkQuerySet.as_manager()
 
     class Meta:
         ordering = ["run", "seq"]

@@ -122,7 +122,7 @@ def _compared(run_id: str) -> ComparedRun | None:
         return None
     return ComparedRun(
         run=run,
-        reply=run_reply(run.pk),
+        reply=run_reply(run.pk, accepted_at=run.accepted_at),
         request=body_text(body_as_received(run.pk, run.request_body)),
     )
 

@@ -77,7 +77,11 @@ def generations_in_flight(
     )
     chunks: dict[str, list[bytes]] = {run.pk: [] for run in runs}
     for run_id, data in (
-        RunChunk.objects.filter(run_id__in=list(chunks))
+        RunChunk.objects.filter(
+            run_id__in=list(chunks),
+            # The partitions of the days these runs were accepted in, not every day's.
+            run_accepted_at__gte=min((run.accepted_at for run in runs), default=now),
+        )
         .order_by("run_id", "seq")
         .values_list("run_id", "data")
     ):

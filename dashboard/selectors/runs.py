@@ -224,11 +224,19 @@ class TimelineChunk:
     text: str
 
 
-def run_timeline(run_id: str, *, limit: int = TIMELINE_LIMIT) -> list[TimelineChunk]:
+def _chunks(run_id: str, accepted_at: datetime | None) -> QuerySet[RunChunk]:
+    """The run's chunks; with its acceptance time, from the one partition they are in."""
+    chunks = RunChunk.objects.filter(run_id=run_id)
+    return chunks if accepted_at is None else chunks.filter(run_accepted_at=accepted_at)
+
+
+def run_timeline(
+    run_id: str, *, limit: int = TIMELINE_LIMIT, accepted_at: datetime | None = None
+) -> list[TimelineChunk]:
     """The run's chunks in order, with their offsets and the gap since the previous one."""
     timeline: list[TimelineChunk] = []
     previous = 0
-    for chunk in RunChunk.objects.filter(run_id=run_id).order_by("seq")[:limit]:
+    for chunk in _chunks(run_id, accepted_at).order_by("seq")[:limit]:
         data = bytes(chunk.data)
         timeline.append(
             TimelineChunk(
@@ -243,15 +251,15 @@ def run_timeline(run_id: str, *, limit: int = TIMELINE_LIMIT) -> list[TimelineCh
     return timeline
 
 
-def run_chunk_count(run_id: str) -> int:
-    return RunChunk.objects.filter(run_id=run_id).count()
+def run_chunk_count(run_id: str, *, accepted_at: datetime | None = None) -> int:
+    return _chunks(run_id, accepted_at).count()
 
 
-def run_reply(run_id: str) -> Reply:
+def run_reply(run_id: str, *, accepted_at: datetime | None = None) -> Reply:
     return reply_of(
         [
             bytes(c)
-            for c in RunChunk.objects.filter(run_id=run_id)
+            for c in _chunks(run_id, accepted_at)
             .order_by("seq")
             .values_list("data", flat=True)
         ]
@@ -290,7 +298,7 @@ def run_export(run: Run) -> dict[str, Any]:
     fields["organization_name"] = run.organization.name
     fields["chunks"] = [
         {"seq": seq, "offset_us": offset, **(blob(data) or {})}
-        for seq, offset, data in RunChunk.objects.filter(run_id=run.pk)
+        for seq, offset, data in _chunks(run.pk, run.accepted_at)
         .order_by("seq")
         .values_list("seq", "offset_us", "data")
     ]

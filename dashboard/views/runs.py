@@ -82,7 +82,7 @@ def _run_or_404(request: HttpRequest, run_id: str) -> Run:
 @require_GET
 def run(request: HttpRequest, run_id: str) -> HttpResponse:
     found = _run_or_404(request, run_id)
-    timeline = run_timeline(found.pk)
+    timeline = run_timeline(found.pk, accepted_at=found.accepted_at)
     return render(
         request,
         "dashboard/run.html",
@@ -90,9 +90,9 @@ def run(request: HttpRequest, run_id: str) -> HttpResponse:
             "run": found,
             "request_body": body_text(found.request_body),
             "upstream_request": body_text(found.upstream_request),
-            "reply": run_reply(found.pk),
+            "reply": run_reply(found.pk, accepted_at=found.accepted_at),
             "timeline": timeline,
-            "chunk_total": run_chunk_count(found.pk)
+            "chunk_total": run_chunk_count(found.pk, accepted_at=found.accepted_at)
             if len(timeline) >= TIMELINE_LIMIT
             else len(timeline),
             "curl": run_curl(found, base_url=request.build_absolute_uri("/")),
@@ -152,7 +152,7 @@ async def run_replay(request: HttpRequest, run_id: str) -> HttpResponseBase:
         raise Http404(f"No run {run_id}")
     seen_or_404(request, found.organization_id, f"run {run_id}")
     if found.stream is False:
-        chunks = await chunks_after(found.pk, -1, limit=1)
+        chunks = await chunks_after(found.pk, -1, limit=1, accepted_at=found.accepted_at)
         body = bytes(chunks[0].data) if chunks else b"{}"
         return HttpResponse(body, content_type="application/json")
     response = StreamingHttpResponse(
@@ -161,6 +161,7 @@ async def run_replay(request: HttpRequest, run_id: str) -> HttpResponseBase:
             after=-1,
             pace_original=request.GET.get("pace") == "original",
             in_progress=found.status == Run.Status.IN_PROGRESS,
+            accepted_at=found.accepted_at,
         ),
         content_type="text/event-stream",
     )

@@ -197,6 +197,9 @@ def partition_postgres(schema_editor: BaseDatabaseSchemaEditor) -> None:
     for statement in parts["triggers"]:
         schema_editor.execute(statement)
     schema_editor.execute(CHUNK_RUNS_CHECK, params=None)  # no placeholders: % is format's
+    with schema_editor.connection.cursor() as cursor:
+        for table in (RUN, CHUNK):
+            partitions.name_partition_indexes(cursor, table)
     for table in (RUN, CHUNK):
         schema_editor.execute(f"ANALYZE {table}")
 

@@ -8,6 +8,12 @@ Each statement touches at most `batch_size` rows, so purging a million runs neve
 transaction or long locks; the batches are deliberately not one transaction. Every step is
 idempotent, so a purge cut short (a lost database, a killed worker) is finished by the next.
 Content the request path writes after a purge (a run still streaming) goes with the next one.
+
+In Postgres the run and chunk tables are partitioned by day (`telemetry.store.partitions`): a
+day that every organization's retention has passed goes whole first — its partitions detached
+and dropped, which frees the disk at once and leaves autovacuum nothing to do — and the
+DELETEs then take only what an organization with a shorter retention has left in the days
+kept. SQLite (the embedded default) has no partitions and deletes.
 """
 
 from __future__ import annotations
@@ -15,13 +21,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from accounts.models import Organization
 from telemetry.models import Image, Run, RunChunk, RunImage
+from telemetry.store.partitions import drop_partitions_before
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +46,9 @@ class PurgeCounts:
     chunks_deleted: int = 0
     runs_stripped: int = 0
     images_deleted: int = 0
+    # Day partitions dropped whole (Postgres), each table's counted: their rows are not counted
+    # in `runs_deleted` and `chunks_deleted` (counting a day's rows would read them all).
+    partitions_dropped: int = 0
 
     def __add__(self, other: PurgeCounts) -> PurgeCounts:
         return PurgeCounts(
@@ -46,6 +56,7 @@ class PurgeCounts:
             chunks_deleted=self.chunks_deleted + other.chunks_deleted,
             runs_stripped=self.runs_stripped + other.runs_stripped,
             images_deleted=self.images_deleted + other.images_deleted,
+            partitions_dropped=self.partitions_dropped + other.partitions_dropped,
         )
 
     def as_dict(self) -> dict[str, int]:
@@ -58,18 +69,39 @@ def runs_purge_expired(
     organization_ids: Iterable[int] | None = None,
     batch_size: int = BATCH_SIZE,
 ) -> PurgeCounts:
-    """Purge every organization (or the given ones) as its retention says; return the counts."""
+    """Purge every organization (or the given ones) as its retention says; return the counts.
+
+    A purge of every organization first drops the day partitions all of them are done with."""
     now = now or timezone.now()
     organizations = Organization.objects.order_by("pk")
-    if organization_ids is not None:
-        organizations = organizations.filter(pk__in=list(organization_ids))
     total = PurgeCounts()
+    if organization_ids is None:
+        total += days_drop_expired(now=now)
+    else:
+        organizations = organizations.filter(pk__in=list(organization_ids))
     for organization in organizations:
         counts = organization_runs_purge(organization=organization, now=now, batch_size=batch_size)
         if counts != PurgeCounts():
             logger.info("retention purge of %r: %s", organization.name, counts.as_dict())
         total += counts
     return total
+
+
+def days_drop_expired(*, now: datetime | None = None) -> PurgeCounts:
+    """Drop the day partitions of the days every organization's retention has passed whole
+    (Postgres; none on SQLite). A day with a run still in progress waits (see
+    `drop_partitions_before`)."""
+    now = now or timezone.now()
+    days = [
+        max(days, MIN_RETENTION_DAYS)
+        for days in Organization.objects.values_list("retention_days", flat=True)
+    ]
+    if not days:
+        return PurgeCounts()
+    # Every run of a day before this one was accepted before every organization's cutoff.
+    first_kept = (now - timedelta(days=max(days))).astimezone(UTC).date()
+    dropped = drop_partitions_before(first_kept)
+    return PurgeCounts(partitions_dropped=len(dropped))
 
 
 def organization_runs_purge(

@@ -95,6 +95,8 @@ def ensure_partitions(first_day: date, last_day: date) -> list[str]:
                 if day not in existing:
                     _create_partition(cursor, table, key, day)
                     created.append(partition_name(table, day))
+            if created:
+                name_partition_indexes(cursor, table)
     if created:
         logger.info("run store: created partitions %s", ", ".join(created))
     return created
@@ -156,6 +158,26 @@ def default_partition_rows(limit: int | None = None) -> int:
                 cursor.execute(f'SELECT count(*) FROM (SELECT 1 FROM "{name}" LIMIT %s) AS r', [limit])
             total += int(cursor.fetchone()[0])
     return total
+
+
+def name_partition_indexes(cursor: Any, table: str) -> None:
+    """Name each partition's copy of an index of `table` after it (`run_key_accepted_p20261207`),
+    where Postgres names it after its columns: a query plan then says which index it used."""
+    cursor.execute(
+        "SELECT child.relname, parent.relname, part.relname"
+        " FROM pg_inherits i"
+        " JOIN pg_class child ON child.oid = i.inhrelid"
+        " JOIN pg_class parent ON parent.oid = i.inhparent"
+        " JOIN pg_index x ON x.indexrelid = child.oid"
+        " JOIN pg_class part ON part.oid = x.indrelid"
+        " JOIN pg_index px ON px.indexrelid = parent.oid"
+        " WHERE px.indrelid = to_regclass(%s)",
+        [table],
+    )
+    for child, parent, partition in cursor.fetchall():
+        wanted = f"{parent}_{partition.removeprefix(table + '_')}"[:63]
+        if child != wanted:
+            cursor.execute(f'ALTER INDEX "{child}" RENAME TO "{wanted}"')
 
 
 def _days(first_day: date, last_day: date) -> Iterator[date]:

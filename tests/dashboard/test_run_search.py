@@ -210,7 +210,10 @@ def test_a_metadata_organization_s_runs_have_no_text_to_search(
 def test_postgres_finds_rare_runs_through_their_indexes(filters: RunFilters, index: str) -> None:
     """The search's GIN index, and the partial indexes of the filters that look for few runs:
     the query must say what they cover exactly as they do, or the planner reads every run."""
-    plan = query_plan(filtered_runs(filters).order_by("-accepted_at", "-id").values("id")[:51])
+    plan = query_plan(
+        filtered_runs(filters).order_by("-accepted_at", "-id").values("id")[:51],
+        ordered_index_scans=False,
+    )
     assert index in plan, plan
 
 

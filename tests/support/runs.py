@@ -47,11 +47,17 @@ def finished_run(
     )
 
 
-def query_plan(query: QuerySet) -> str:
+def query_plan(query: QuerySet, *, ordered_index_scans: bool = True) -> str:
     """Postgres's plan for `query`, with sequential scans ruled out: the tests' tables are tiny,
-    and would tempt the planner to scan where an index is what a large table needs."""
+    and would tempt the planner to scan where an index is what a large table needs.
+
+    Without `ordered_index_scans`, only indexes the query's conditions can be looked up in are
+    left (bitmap scans): the run table's day partitions, empty in a test, otherwise make walking
+    every partition's time index, filtering each row, look cheapest."""
     sql, params = query.query.sql_with_params()
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")
+        if not ordered_index_scans:
+            cursor.execute("SET LOCAL enable_indexscan = off")
         cursor.execute(f"EXPLAIN {sql}", params)
         return "\n".join(row[0] for row in cursor.fetchall())
