@@ -6,7 +6,6 @@ import argparse
 import json
 import os
 import statistics
-import time
 from dataclasses import asdict
 from datetime import datetime, timedelta
 
@@ -51,7 +50,7 @@ def main() -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from . import fill, pages, replay_ttfb, upkeep
+    from . import fill, pages, upkeep
 
     print(f"host: {os.cpu_count()} CPUs, load average {_load()} at start", flush=True)
     kept = args.keep and database.exists()

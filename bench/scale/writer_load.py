@@ -5,8 +5,8 @@ rows while the pages are timed, or a burst as fast as it takes them.
     python -m bench.scale.writer_load --burst 5000 --report FILE   # 5,000 streams, timed
 
 The rows are the gateway's (`bench.micro.writer.batches.gateway_run`: a stream of 20 chunks
-with every field the gateway records, usage and reply text included, so each closed run is
-tokenized for search); a rate counts every row (opens, chunks and closes). It runs the real
+with every field the gateway records; its request and reply carry the fill's kind of text, so
+each closed run is tokenized for search as the filled ones were); a rate counts every row (opens, chunks and closes). It runs the real
 `RunWriter` (its queue, batches, binary COPY, crash log) on this process's event loop, as a
 gateway worker does, so its rows/s is what a worker's writer stores. The report is JSON.
 """
@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import signal
 import tempfile
 import time
@@ -51,16 +52,76 @@ def main() -> None:
     args.report.write_text(json.dumps(report))
 
 
-def _owner() -> Any:
+def _owners() -> list[Any]:
+    """The scale organizations' keys, in the fill's order (organization, then key): the fill's
+    key of organization o and draw k is the (5o + k)-th."""
     from django.conf import settings
 
     from accounts.models import ApiKey
     from bench.micro.writer.phases import Owner
 
-    key = ApiKey.objects.filter(prefix__startswith="mk-scale").order_by("prefix").first()
-    if key is None:
+    keys = ApiKey.objects.filter(prefix__startswith="mk-scale").exclude(name="scale-replay")
+    owners = [
+        Owner(key.organization_id, key.pk, Path(settings.VAR_DIR) / "spool")
+        for key in keys.order_by("organization__name", "prefix")
+    ]
+    if not owners:
         raise SystemExit("no scale-org key: fill the database first")
-    return Owner(key.organization_id, key.pk, Path(settings.VAR_DIR) / "spool")
+    return owners
+
+
+class RunMaker:
+    """The gateway's rows for a stream (`gateway_run`'s shape, every field the gateway records),
+    drawn as the fill draws its runs: organization, key and end user together, one of the
+    models, a prompt and a reply from the same vocabulary. So the runs the writer adds while the
+    pages are timed are found by their filters and searches as the filled ones are."""
+
+    def __init__(self, owners: list[Any]) -> None:
+        from .fill import PROMPT_WORDS, REPLY_WORDS
+        from .vocabulary import texts
+
+        self.owners = owners
+        self.prompts = texts(2000, PROMPT_WORDS, seed=3)
+        self.replies = texts(2000, REPLY_WORDS, seed=4)
+        self.draw = random.Random(13)
+
+    def rows(self, now: Any) -> list[Any]:
+        """A stream's rows in the order the gateway submits them: open, chunks, close."""
+        import orjson
+
+        from bench.micro.writer.batches import gateway_run
+
+        from .fill import END_USERS, KEYS_PER_ORGANIZATION, MODELS, ORGANIZATIONS, SYSTEM_PROMPTS
+
+        draw = self.draw
+        end_user = draw.randrange(END_USERS)
+        organization = end_user % ORGANIZATIONS
+        owner = self.owners[
+            (organization * KEYS_PER_ORGANIZATION + draw.randrange(KEYS_PER_ORGANIZATION))
+            % len(self.owners)
+        ]
+        model_n = draw.randrange(len(MODELS))
+        model, deployment = MODELS[model_n]
+        opened, chunks, closed = gateway_run(owner, now)
+        body = orjson.dumps(
+            {
+                "model": model,
+                "stream": True,
+                "messages": [
+                    {"role": "system", "content": SYSTEM_PROMPTS[model_n]},
+                    {"role": "user", "content": draw.choice(self.prompts)},
+                ],
+            }
+        )
+        opened.fields.update(
+            request_body=body,
+            request_bytes=len(body),
+            end_user=f"user-{end_user}",
+            model=model,
+            deployment=deployment,
+        )
+        closed.fields["reply_text"] = draw.choice(self.replies)
+        return [opened, *chunks, closed]
 
 
 def _writer() -> Any:
@@ -78,9 +139,7 @@ async def steady(rate: int) -> dict[str, Any]:
     """Submit `rate` rows a second until SIGTERM, then wait until all are written."""
     from datetime import UTC, datetime
 
-    from bench.micro.writer.batches import gateway_run
-
-    owner = await asyncio.to_thread(_owner)
+    maker = RunMaker(await asyncio.to_thread(_owners))
     writer = _writer()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -97,8 +156,7 @@ async def steady(rate: int) -> dict[str, Any]:
         due = int((now - started) * rate) - submitted
         for _ in range(due):
             if not pending:
-                opened, chunks, closed = gateway_run(owner, datetime.now(UTC))
-                pending = [closed, *reversed(chunks), opened]
+                pending = maker.rows(datetime.now(UTC))[::-1]
             writer.submit(pending.pop())
         submitted += max(due, 0)
         if now >= next_sample:
@@ -130,18 +188,14 @@ async def burst(streams: int) -> dict[str, Any]:
     QUEUE_CAP rows queued); time until all are written."""
     from datetime import UTC, datetime
 
-    from bench.micro.writer.batches import gateway_run
-
-    owner = await asyncio.to_thread(_owner)
+    maker = RunMaker(await asyncio.to_thread(_owners))
     now = datetime.now(UTC)
     items: list[Any] = []
     for _ in range(streams):
-        opened, chunks, closed = gateway_run(owner, now)
-        items += [opened, *chunks, closed]
+        items += maker.rows(now)
     writer = _writer()
     # One run first: the writer's thread connects and its statements are prepared.
-    opened, chunks, closed = gateway_run(owner, now)
-    for item in (opened, *chunks, closed):
+    for item in maker.rows(now):
         writer.submit(item)
     await writer.flush()
     started = time.perf_counter()

@@ -261,6 +261,12 @@ def _drop_day(day: date) -> list[str] | None:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK_KEY])
             cursor.execute(f"SET LOCAL lock_timeout = '{DROP_LOCK_TIMEOUT}'")
+            # Both tables' locks first, in the order the run writer takes them (its batch
+            # COPYs runs, then chunks): detaching the chunks' partition first while a batch
+            # held the run table and waited for the chunk table was a deadlock (the scale
+            # benchmark's writer, bench/scale/). The detaches take these locks anyway.
+            for table in (RUN_TABLE, CHUNK_TABLE):
+                cursor.execute(f'LOCK TABLE ONLY "{table}" IN ACCESS EXCLUSIVE MODE')
             cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [run_partition])
             has_runs = cursor.fetchone()[0]
             if has_runs:
