@@ -130,9 +130,10 @@ def measure(args: argparse.Namespace, the_plan: object, meta: dict, layout: obje
             flush=True,
         )
     runs, chunks = sizes
+    stream_bytes = runs.total / max(runs.rows, 1) + 20 * chunks.total / max(chunks.rows, 1)
     print(
-        f"  database {db_bytes / GB:.2f} GB; {database.disk_free_bytes() / GB:.1f} GB free on disk;"
-        f" a stream of 20 chunks stores {(runs.total / max(runs.rows, 1) + 20 * chunks.total / max(chunks.rows, 1)) / 1e3:.1f} kB",
+        f"  database {db_bytes / GB:.2f} GB; {database.disk_free_bytes() / GB:.1f} GB free on"
+        f" disk; a stream of 20 chunks stores {stream_bytes / 1e3:.1f} kB",
         flush=True,
     )
 
@@ -178,30 +179,47 @@ def measure(args: argparse.Namespace, the_plan: object, meta: dict, layout: obje
 def report(args, meta, sizes, timed, dropped, before, after, steady, empty, full) -> None:  # type: ignore[no-untyped-def]
     from .upkeep import DROP_TARGET_S, WRITER_TOLERANCE
 
-    print(f"\nwriter during the measurement: {steady.get('rows', 0):,} rows in"
-          f" {steady.get('written_seconds', 0):.0f} s = {steady.get('rows_per_second', 0):,.0f}"
-          f" rows/s (asked {args.rate:,}); lag p95 {steady.get('lag_p95_seconds', 0):.2f} s,"
-          f" max {steady.get('lag_max_seconds', 0):.2f} s; spooled {steady.get('spilled', 0):,}")
-    print(f"autovacuum: before {len(before.behind)} tables past their threshold, after"
-          f" {len(after.behind)} {after.behind[:5]}; vacuums running {after.running};"
-          f" tables autovacuumed so far {after.vacuumed} of {after.tables}")
+    print(
+        f"\nwriter during the measurement: {steady.get('rows', 0):,} rows in"
+        f" {steady.get('written_seconds', 0):.0f} s = {steady.get('rows_per_second', 0):,.0f}"
+        f" rows/s (asked {args.rate:,}); lag p95 {steady.get('lag_p95_seconds', 0):.2f} s,"
+        f" max {steady.get('lag_max_seconds', 0):.2f} s; spooled {steady.get('spilled', 0):,}"
+    )
+    print(
+        f"autovacuum: before {len(before.behind)} tables past their threshold, after"
+        f" {len(after.behind)} {after.behind[:5]}; vacuums running {after.running};"
+        f" tables autovacuumed so far {after.vacuumed} of {after.tables}"
+    )
     print(f"\nload average at the end: {_load()}")
     print("\n| target | measured | limit | verdict |")
     print("| --- | ---: | ---: | --- |")
     for t in timed:
-        print(f"| {t.label} p95 | {t.p95:.1f} ms | {t.target_ms:.0f} ms | {'met' if t.met else 'NOT met'} |")
+        verdict = "met" if t.met else "NOT met"
+        print(f"| {t.label} p95 | {t.p95:.1f} ms | {t.target_ms:.0f} ms | {verdict} |")
     ratio = full / empty if empty else 0.0
-    print(f"| writer rows/s, full store / empty store | {full:,.0f} / {empty:,.0f} = {ratio:.2f} |"
-          f" ≥ {1 - WRITER_TOLERANCE:.2f} | {'met' if ratio >= 1 - WRITER_TOLERANCE else 'NOT met'} |")
+    print(
+        f"| writer rows/s, full store / empty store | {full:,.0f} / {empty:,.0f} = {ratio:.2f} |"
+        f" ≥ {1 - WRITER_TOLERANCE:.2f} | {'met' if ratio >= 1 - WRITER_TOLERANCE else 'NOT met'} |"
+    )
     kept_up = steady.get("rows_per_second", 0) >= 0.99 * args.rate and not steady.get("spilled")
-    print(f"| writer at {args.rate:,} rows/s while measuring | {steady.get('rows_per_second', 0):,.0f} rows/s |"
-          f" {args.rate:,} | {'met' if kept_up else 'NOT met'} |")
-    print(f"| drop a day ({dropped.how}) | {dropped.seconds:.2f} s | {DROP_TARGET_S:.0f} s |"
-          f" {'met' if dropped.seconds <= DROP_TARGET_S else 'NOT met'} |")
+    print(
+        f"| writer at {args.rate:,} rows/s while measuring"
+        f" | {steady.get('rows_per_second', 0):,.0f} rows/s |"
+        f" {args.rate:,} | {'met' if kept_up else 'NOT met'} |"
+    )
+    print(
+        f"| drop a day ({dropped.how}) | {dropped.seconds:.2f} s | {DROP_TARGET_S:.0f} s |"
+        f" {'met' if dropped.seconds <= DROP_TARGET_S else 'NOT met'} |"
+    )
     backlog = bool(after.behind) or not after.autovacuum_on
-    print(f"| autovacuum backlog (tables past threshold) | {len(after.behind)} |"
-          f" 0 | {'met' if not backlog else 'NOT met'} |")
-    print(f"\nfill: {json.dumps(meta.get('filled', {}))}, rollups {meta.get('rollup_seconds', 0):.0f} s")
+    print(
+        f"| autovacuum backlog (tables past threshold) | {len(after.behind)} |"
+        f" 0 | {'met' if not backlog else 'NOT met'} |"
+    )
+    print(
+        f"\nfill: {json.dumps(meta.get('filled', {}))},"
+        f" rollups {meta.get('rollup_seconds', 0):.0f} s"
+    )
 
 
 def _rates(rates: list[float]) -> str:

@@ -36,19 +36,25 @@ def _admin() -> psycopg.Connection:
 
 def exists(name: str = NAME) -> bool:
     with _admin() as admin:
-        return bool(admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone())
+        return bool(
+            admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
+        )
 
 
 def create_fresh(name: str = NAME) -> None:
     """Drop the database if it is there, and create it empty."""
     with _admin() as admin:
-        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        admin.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
 def drop(name: str = NAME) -> None:
     with _admin() as admin:
-        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        admin.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
 
 
 def setup_django(name: str = NAME) -> str:

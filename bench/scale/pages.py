@@ -134,14 +134,18 @@ def runs_list_cases(the_plan: Plan, draw: random.Random) -> list[tuple[str, Call
         ("search: a ticket (one session)", lambda: f"q=t{session()}"),
         (
             "search: two words (mid + rare)",
-            lambda: f"q={word_of_rank(draw.randint(100, 1000))}+"
-            f"{word_of_rank(draw.randint(5000, 20000))}",
+            lambda: (
+                f"q={word_of_rank(draw.randint(100, 1000))}+"
+                f"{word_of_rank(draw.randint(5000, 20000))}"
+            ),
         ),
         ("search: no match", lambda: f"q=zq{draw.randrange(10**6)}x"),
         (
             "search: a mid word + organization",
-            lambda: f"q={word_of_rank(draw.randint(100, 1000))}"
-            f"&organization={draw.choice(organizations)}",
+            lambda: (
+                f"q={word_of_rank(draw.randint(100, 1000))}"
+                f"&organization={draw.choice(organizations)}"
+            ),
         ),
     ]
 
@@ -180,7 +184,9 @@ def sample_runs(count: int, *, streams: bool | None) -> list[str]:
 
 def measure_run_page(samples: int, client: Any) -> Timed:
     timed = Timed("run page (streams and JSON runs)", RUN_PAGE_TARGET_MS)
-    ids = sample_runs(samples // 2, streams=True) + sample_runs(samples - samples // 2, streams=False)
+    ids = sample_runs(samples // 2, streams=True) + sample_runs(
+        samples - samples // 2, streams=False
+    )
     for run_id in ids:
         _time_page(client, f"/dashboard/runs/{run_id}/", timed)
     print(
@@ -201,7 +207,10 @@ def measure_spend(samples: int, client: Any) -> list[Timed]:
     results = []
     for label, query in (
         ("Spend, 30 days, every organization", lambda: "range=30d"),
-        ("Spend, 30 days, one organization", lambda: f"range=30d&organization={draw.choice(organizations)}"),
+        (
+            "Spend, 30 days, one organization",
+            lambda: f"range=30d&organization={draw.choice(organizations)}",
+        ),
     ):
         timed = Timed(label, SPEND_TARGET_MS)
         for _ in range(samples):

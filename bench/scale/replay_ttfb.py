@@ -70,11 +70,21 @@ def served_mortar(name: str = database.NAME) -> Iterator[str]:
         with log.open("wb") as out:
             server = subprocess.Popen(
                 [
-                    sys.executable, "-m", "config.serve", "--host", "127.0.0.1",
-                    "--port", str(port), "--workers", "1",
-                    "--loop", "core.http.event_loop:new_event_loop", "--http", "httptools",
+                    sys.executable,
+                    "-m",
+                    "config.serve",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--workers",
+                    "1",
+                    "--loop",
+                    "core.http.event_loop:new_event_loop",
+                    "--http",
+                    "httptools",
                     "--no-access-log",
-                ],  # fmt: skip
+                ],
                 cwd=ROOT,
                 env=env,
                 stdout=out,
@@ -111,8 +121,10 @@ def measure_replay(samples: int) -> Timed:
     timed = Timed("replay, time to first byte (served Mortar, HTTP)", TARGET_MS)
     with served_mortar() as base, httpx.Client(base_url=base, timeout=30) as client:
         for run_id in ids[:3]:  # connect, warm the worker up
-            client.get(f"/v1/chat/completions/runs/{run_id}",
-                       headers={"Authorization": f"Bearer {keys[owners[run_id]]}"})
+            client.get(
+                f"/v1/chat/completions/runs/{run_id}",
+                headers={"Authorization": f"Bearer {keys[owners[run_id]]}"},
+            )
         for run_id in ids:
             headers = {"Authorization": f"Bearer {keys[owners[run_id]]}"}
             began = time.perf_counter()

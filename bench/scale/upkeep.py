@@ -4,6 +4,7 @@ and a chunk take, and the run writer's rows/s (on an empty store, then on the fu
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -29,8 +30,15 @@ def writer_burst(streams: int, rounds: int) -> list[float]:
     for _ in range(rounds):
         with tempfile.NamedTemporaryFile(suffix=".json") as report:
             subprocess.run(
-                [sys.executable, "-m", "bench.scale.writer_load", "--burst", str(streams),
-                 "--report", report.name],  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.scale.writer_load",
+                    "--burst",
+                    str(streams),
+                    "--report",
+                    report.name,
+                ],
                 cwd=ROOT,
                 check=True,
             )
@@ -43,13 +51,22 @@ class SteadyWriter:
 
     def __init__(self, rate: int) -> None:
         self.rate = rate
-        self._report = tempfile.NamedTemporaryFile(suffix=".json", delete=False)
+        handle, name = tempfile.mkstemp(suffix=".json")
+        os.close(handle)
+        self._report = Path(name)
         self.result: dict[str, Any] = {}
 
     def __enter__(self) -> SteadyWriter:
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "bench.scale.writer_load", "--rate", str(self.rate),
-             "--report", self._report.name],  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "bench.scale.writer_load",
+                "--rate",
+                str(self.rate),
+                "--report",
+                str(self._report),
+            ],
             cwd=ROOT,
         )
         time.sleep(5)  # Django set up, the writer's first batches in
@@ -58,9 +75,9 @@ class SteadyWriter:
     def __exit__(self, *exc: object) -> None:
         self._process.terminate()
         self._process.wait(120)
-        text = Path(self._report.name).read_text()
+        text = self._report.read_text()
         self.result = json.loads(text) if text else {}
-        Path(self._report.name).unlink(missing_ok=True)
+        self._report.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)

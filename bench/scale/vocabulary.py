@@ -12,7 +12,28 @@ import functools
 import itertools
 import random
 
-COMMON = ["the", "to", "and", "a", "of", "in", "is", "you", "that", "for", "it", "on", "with", "as", "be", "this", "are", "can", "your", "or", "have", "from", "not", "by", "an", "at", "we", "will", "if", "what", "how", "use", "please", "my", "all", "do", "so", "but", "about", "one", "more", "which", "when", "should", "would", "there", "their", "they", "any", "me", "need", "get", "make", "like", "out", "some", "time", "than", "just", "also", "only", "new", "into", "each", "other", "these", "first", "then", "code", "data", "user", "file", "error", "value", "function", "test", "system", "model", "request", "response", "server", "service", "api", "key", "token", "run", "stream", "chunk", "query", "table", "index", "database", "deploy", "deployment", "pipeline", "build", "release", "version", "config", "setting", "update", "change", "fix", "issue", "bug", "log", "message", "queue", "cache", "memory", "cpu", "disk", "network", "latency", "timeout", "retry", "limit", "budget", "cost", "price", "invoice", "billing", "account", "customer", "order", "payment", "refund", "subscription", "plan", "team", "project", "task", "ticket", "support", "summary", "report", "review", "document", "page", "section", "list", "item", "field", "name", "type", "status", "result", "output", "input", "example", "question", "answer", "explain", "write", "rewrite", "translate", "summarize", "describe", "compare", "check", "find", "show", "create", "delete", "add", "remove", "return", "call", "send", "receive", "open", "close", "start", "stop", "wait", "read", "parse", "format", "json", "yaml", "sql", "python", "javascript", "rust", "docker", "kubernetes", "cluster", "node", "pod", "container", "image", "volume", "secret", "policy", "role", "permission", "access", "login", "password", "email", "address", "phone", "date", "month", "week", "day", "hour", "minute", "second", "morning", "evening", "today", "tomorrow", "yesterday", "price", "total", "amount", "number", "count", "average", "percent", "growth", "revenue", "sales", "market", "product", "feature", "release", "roadmap", "meeting", "calendar", "schedule", "deadline", "priority", "owner", "manager", "engineer", "developer", "designer", "analyst", "contract", "legal", "privacy", "security", "incident", "alert", "outage", "backup", "restore", "migration", "schema", "upgrade", "rollback", "region", "zone", "latency", "throughput", "capacity"]
+# A text, split: the list literal would take a line a word.
+COMMON = """
+the to and a of in is you that for it on with as be this are can your or have from not by an
+at we will if what how use please my all do so but about one more which when should would
+there their they any me need get make like out some time than just also only new into each
+other these first then code data user file error value function test system model request
+response server service api key token run stream chunk query table index database deploy
+deployment pipeline build release version config setting update change fix issue bug log
+message queue cache memory cpu disk network latency timeout retry limit budget cost price
+invoice billing account customer order payment refund subscription plan team project task
+ticket support summary report review document page section list item field name type status
+result output input example question answer explain write rewrite translate summarize
+describe compare check find show create delete add remove return call send receive open
+close start stop wait read parse format json yaml sql python javascript rust docker
+kubernetes cluster node pod container image volume secret policy role permission access
+login password email address phone date month week day hour minute second morning evening
+today tomorrow yesterday price total amount number count average percent growth revenue
+sales market product feature release roadmap meeting calendar schedule deadline priority
+owner manager engineer developer designer analyst contract legal privacy security incident
+alert outage backup restore migration schema upgrade rollback region zone latency throughput
+capacity
+""".split()  # noqa: SIM905
 SYLLABLES = [
     "ka", "lo", "mi", "ra", "ten", "vo", "zu", "bel", "dor", "fin", "gar", "hul", "jo", "kes",
     "lan", "mor", "nix", "pel", "qua", "rin", "sol", "tur", "ul", "ven", "wim", "xa", "yor",

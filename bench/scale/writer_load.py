@@ -6,7 +6,8 @@ rows while the pages are timed, or a burst as fast as it takes them.
 
 The rows are the gateway's (`bench.micro.writer.batches.gateway_run`: a stream of 20 chunks
 with every field the gateway records; its request and reply carry the fill's kind of text, so
-each closed run is tokenized for search as the filled ones were); a rate counts every row (opens, chunks and closes). It runs the real
+each closed run is tokenized for search as the filled ones were); a rate counts every row
+(opens, chunks and closes). It runs the real
 `RunWriter` (its queue, batches, binary COPY, crash log) on this process's event loop, as a
 gateway worker does, so its rows/s is what a worker's writer stores. The report is JSON.
 """
