@@ -261,6 +261,9 @@ def _drop_day(day: date) -> list[str] | None:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK_KEY])
             cursor.execute(f"SET LOCAL lock_timeout = '{DROP_LOCK_TIMEOUT}'")
+            # A table with checks still deferred in this transaction cannot be dropped: run them
+            # now (none are pending in the purge's own transaction; a caller's may hold some).
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
             # Both tables' locks first, in the order the run writer takes them (its batch
             # COPYs runs, then chunks): detaching the chunks' partition first while a batch
             # held the run table and waited for the chunk table was a deadlock (the scale
