@@ -101,6 +101,13 @@ BENCHMARKS = (
         "scale.md",
     ),
     Benchmark(
+        "scale/wal.py",
+        "What does storing a request cost Postgres — WAL bytes, CPU, bytes kept — for a "
+        "non-streaming request and a 20-chunk stream (on a Postgres cluster of its own)?",
+        "python -m bench.scale.wal",
+        "wal.md",
+    ),
+    Benchmark(
         "soak.py",
         "Over ten minutes of streams without a pause, does Mortar's memory stay flat, and is "
         "every chunk its clients received stored?",
