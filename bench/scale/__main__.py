@@ -180,10 +180,12 @@ def report(args, meta, sizes, timed, dropped, before, after, steady, empty, full
     from .upkeep import DROP_TARGET_S, WRITER_TOLERANCE
 
     print(
-        f"\nwriter during the measurement: {steady.get('rows', 0):,} rows in"
-        f" {steady.get('written_seconds', 0):.0f} s = {steady.get('rows_per_second', 0):,.0f}"
-        f" rows/s (asked {args.rate:,}); lag p95 {steady.get('lag_p95_seconds', 0):.2f} s,"
-        f" max {steady.get('lag_max_seconds', 0):.2f} s; spooled {steady.get('spilled', 0):,}"
+        f"\nwriter during the measurement: {steady.get('rows', 0):,} rows submitted and"
+        f" {steady.get('written', 0):,} written in {steady.get('seconds', 0):.0f} s ="
+        f" {steady.get('rows_per_second', 0):,.0f} rows/s (asked {args.rate:,}); lag p95"
+        f" {steady.get('lag_p95_seconds', 0):.2f} s, max {steady.get('lag_max_seconds', 0):.2f} s;"
+        f" spooled {steady.get('spilled', 0):,}, {steady.get('behind_at_end', 0):,} behind at the"
+        " end"
     )
     print(
         f"autovacuum: before {len(before.behind)} tables past their threshold, after"
