@@ -220,6 +220,7 @@ def _create_partition(cursor: Any, table: str, key: str, day: date) -> None:
         strays = cursor.fetchone()[0]
     if not strays:
         cursor.execute(f'CREATE TABLE "{name}" PARTITION OF "{table}" FOR VALUES {_bounds(day)}')
+        _with_parent_statistics(cursor, table, name)
         return
     # The default partition holds rows of this day: they move into the new partition, which is
     # then attached (Postgres refuses to create a partition whose rows the default one holds).
@@ -241,6 +242,21 @@ def _create_partition(cursor: Any, table: str, key: str, day: date) -> None:
         name,
     )
     cursor.execute(f'ALTER TABLE "{table}" ATTACH PARTITION "{name}" FOR VALUES {_bounds(day)}')
+    _with_parent_statistics(cursor, table, name)
+
+
+def _with_parent_statistics(cursor: Any, table: str, name: str) -> None:
+    """Give the partition its table's per-column statistics targets, which Postgres does not
+    copy to a partition. The run table's search vector keeps 1,000 (migration 0015): with the
+    default 100 the planner takes a rare word for a common one and walks a day's runs looking
+    for it (bench/scale/: a rare word's search, 18 s at 5,000,000 runs in 60 partitions)."""
+    cursor.execute(
+        "SELECT attname, attstattarget FROM pg_attribute WHERE attrelid = to_regclass(%s)"
+        " AND attnum > 0 AND NOT attisdropped AND attstattarget > 0",
+        [table],
+    )
+    for column, target in cursor.fetchall():
+        cursor.execute(f'ALTER TABLE "{name}" ALTER COLUMN "{column}" SET STATISTICS {int(target)}')
 
 
 def _stored_columns(cursor: Any, table: str) -> list[str]:

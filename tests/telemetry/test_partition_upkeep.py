@@ -1,5 +1,6 @@
-"""Dropping a day while the run writer stores a batch: the drop waits for the batch, and neither
-fails (the writer's batch locks the run table, then the chunk table; so must the drop)."""
+"""Day partitions under load: a day dropped while the run writer stores a batch waits for the
+batch, and neither fails (the writer's batch locks the run table, then the chunk table; so must
+the drop); a new partition plans searches as the table does (its statistics targets)."""
 
 from __future__ import annotations
 
@@ -81,3 +82,19 @@ def test_a_day_dropped_while_a_writer_batch_holds_the_run_table_waits_for_it() -
     )
     assert not Run.objects.filter(pk=old.pk).exists()
     assert RunChunk.objects.filter(run_id=live_id).count() == 1
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_a_new_day_partition_keeps_the_run_tables_statistics_targets() -> None:
+    # The search vector's 1,000 most common words: without them on the partition, a rare word
+    # is planned as a common one (a walk through the day's runs instead of the GIN index).
+    day = date(2023, 6, 9)
+    partitions.ensure_partitions(day, day)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT attstattarget FROM pg_attribute WHERE attrelid = to_regclass(%s)"
+            " AND attname = 'search'",
+            [partitions.partition_name(partitions.RUN_TABLE, day)],
+        )
+        assert cursor.fetchone() == (1000,)
