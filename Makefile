@@ -8,7 +8,7 @@ PORT ?= 8000
 BASE_URL ?= http://$(if $(filter 0.0.0.0 ::,$(HOST)),127.0.0.1,$(HOST)):$(PORT)
 
 .PHONY: install install-serve assets chromium screenshots docs-screenshots serve serve-daphne worker \
-	beat test test-embedded lint check-references format clean bench docs docs-build llama-server
+	beat test test-embedded lint check-references format clean bench bench-scale docs docs-build llama-server
 
 # pip prints what it fetches and installs: the first install takes minutes, and a silent one
 # looks stuck.
@@ -150,6 +150,16 @@ bench: install
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
 	$(BIN)/python -m bench.micro.chunklog
 	$(BIN)/python -m bench.micro.settle
+
+## bench-scale: the run store at 10,000,000 runs and 100,000,000 chunks over 60 days of day
+## partitions (bench/scale/): fills its own database `mortar_bench_scale` (dropped and made again;
+## ~60 GB, about an hour on 2 cores), then times the runs list, search and each filter, a run's
+## page, Spend over 30 days, replay's first byte, dropping a day, autovacuum and the writer's
+## rows/s, with the writer storing 20,000 rows/s meanwhile; writes bench/results/scale.md.
+## BENCH_SCALE_ARGS='--runs 100000' for a quick one (a minute or two), '--keep' to measure again
+## without refilling, '--drop' to drop the database at the end.
+bench-scale: install
+	$(BIN)/python -m bench.scale $(BENCH_SCALE_ARGS)
 
 ## lint: the docs site built strict, no citation a reader cannot follow, ruff, the types (mypy
 ## with django-stubs, [tool.mypy]) and the layers between apps

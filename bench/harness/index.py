@@ -91,6 +91,23 @@ BENCHMARKS = (
         "spend.md",
     ),
     Benchmark(
+        "scale/",
+        "At 10,000,000 runs and 100,000,000 chunks over 60 days, with the writer storing 20,000 "
+        "rows/s: do the runs list, search and each filter answer in 200 ms (p95), a run's page "
+        "in 100 ms, Spend over 30 days in 1 s, replay's first byte in 50 ms; does dropping a day "
+        "take under a second, does autovacuum keep up, does the writer keep its empty-store "
+        "rows/s? `make bench-scale` runs it.",
+        "python -m bench.scale [--runs 100000] [--keep]",
+        "scale.md",
+    ),
+    Benchmark(
+        "scale/wal.py",
+        "What does storing a request cost Postgres — WAL bytes, CPU, bytes kept — for a "
+        "non-streaming request and a 20-chunk stream (on a Postgres cluster of its own)?",
+        "python -m bench.scale.wal",
+        "wal.md",
+    ),
+    Benchmark(
         "soak.py",
         "Over ten minutes of streams without a pause, does Mortar's memory stay flat, and is "
         "every chunk its clients received stored?",

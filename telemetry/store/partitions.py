@@ -285,6 +285,12 @@ def _drop_day(day: date) -> list[str] | None:
             # A table with checks still deferred in this transaction cannot be dropped: run them
             # now (none are pending in the purge's own transaction; a caller's may hold some).
             cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+            # Both tables' locks first, in the order the run writer takes them (its batch
+            # COPYs runs, then chunks): detaching the chunks' partition first while a batch
+            # held the run table and waited for the chunk table was a deadlock (the scale
+            # benchmark's writer, bench/scale/). The detaches take these locks anyway.
+            for table in (RUN_TABLE, CHUNK_TABLE):
+                cursor.execute(f'LOCK TABLE ONLY "{table}" IN ACCESS EXCLUSIVE MODE')
             cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [run_partition])
             has_runs = cursor.fetchone()[0]
             if has_runs:

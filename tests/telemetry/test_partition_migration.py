@@ -178,3 +178,13 @@ def test_a_populated_store_moves_into_day_partitions_without_losing_a_row(databa
             " USING btree (run_id, run_accepted_at)",
         )
     ]
+    # Every day's run partition, the ones the migration made included, keeps the search
+    # vector's statistics target (a partition does not take its table's).
+    targets = _rows(
+        database,
+        "SELECT c.relname, a.attstattarget FROM pg_inherits i"
+        " JOIN pg_class c ON c.oid = i.inhrelid"
+        " JOIN pg_attribute a ON a.attrelid = i.inhrelid AND a.attname = 'search'"
+        " WHERE i.inhparent = 'telemetry_run'::regclass",
+    )
+    assert targets and {target for _, target in targets} == {1000}, targets
