@@ -224,5 +224,20 @@ def test_the_index_lists_every_benchmark_beside_the_harness() -> None:
             f"{folder}/{path.parent.name}/" for path in (BENCH / folder).glob("*/__main__.py")
         }
 
+    # A benchmark package of its own (`python -m bench.<name>`), and its modules that run alone.
+    for main in BENCH.glob("*/__main__.py"):
+        package = main.parent
+        if package.name in ("harness", "micro", "pages"):
+            continue
+        programs.add(f"{package.name}/")
+        programs |= {
+            f"{package.name}/{path.name}"
+            for path in package.glob("*.py")
+            if path.name != "__main__.py" and 'if __name__ == "__main__":' in path.read_text()
+        }
+
+    # Started by `python -m bench.scale` itself (the writer in a process of its own).
+    programs -= {"scale/writer_load.py"}
+
     assert programs == {b.path for b in BENCHMARKS} - {"harness/profile_summary.py"}
     assert all((BENCH / b.path).exists() for b in BENCHMARKS)

@@ -17,6 +17,13 @@ class Benchmark:
 
 BENCHMARKS = (
     Benchmark(
+        "micro/chunk_bytes.py",
+        "How many bytes does the run store keep per streamed chunk (table, indexes, TOAST), and "
+        "what did a schema change save?",
+        "python -m bench.micro.chunk_bytes [--baseline DIR]",
+        "chunk-bytes.md",
+    ),
+    Benchmark(
         "micro/chunklog.py",
         "What does the crash log cost a chunk appended (budget 2 µs)? `make bench` runs it after "
         "the harness.",

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import re
+import secrets
 
 import httpx
 import orjson
@@ -14,7 +15,8 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from tests.conftest import Tenant
+from tests.conftest import Tenant, _committed_tenant
+from tests.support.budgets import committed
 from tests.support.servers import ServerProcess
 
 pytestmark = pytest.mark.django_db
@@ -161,14 +163,35 @@ def test_others_are_turned_away(mortar_server: ServerProcess, staff_user, who: s
     assert asyncio.run(scenario()) in (4403, 403)
 
 
+@pytest.fixture
+def quiet_tenant(django_db_setup) -> tuple[Tenant, str]:
+    """An organization of its own, and a viewer of it only: its Live socket hears nothing
+    from the runs the session's other tests leave behind on the same server. Committed on a
+    connection of its own, for the server process."""
+    from django.contrib.auth.models import User
+
+    from accounts.models import Membership
+
+    name = f"live-quiet-{secrets.token_hex(4)}"
+
+    def make() -> Tenant:
+        quiet = _committed_tenant(name)
+        user = User.objects.create_user(name, password=PASSWORD, is_staff=False)
+        Membership.objects.create(user=user, organization=quiet.organization)
+        return quiet
+
+    return committed(make), name
+
+
 @pytest.mark.redis
 def test_a_socket_left_idle_longer_than_a_redis_read_timeout_still_gets_events(
-    mortar_server: ServerProcess, tenant: Tenant, staff_user
+    mortar_server: ServerProcess, quiet_tenant: tuple[Tenant, str]
 ) -> None:
     # redis-py 8 reads with a 5 s socket timeout by default, and the Redis channel layer's
     # receive blocks in Redis for 5 s at a time: without `socket_timeout: None` on the layer
     # an idle page's consumer died every few seconds and missed what came meanwhile.
-    cookie = session_cookie(mortar_server, staff_user)
+    tenant, viewer = quiet_tenant
+    cookie = session_cookie(mortar_server, viewer)
 
     async def scenario() -> list[str]:
         async with connect(
