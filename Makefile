@@ -114,11 +114,12 @@ $(LLAMA_VENV)/.installed:
 
 llama-server: $(LLAMA_VENV)/.installed
 
-## The suite mostly waits (on its servers, the browser, the model server), so it runs in
-## PYTEST_WORKERS pytest-xdist processes, each with its own test database, Redis prefix and var
-## directory (config/test_settings.py); a test file stays in one process, with its module's
-## servers and browser. PYTEST_WORKERS=0 runs the suite in this one process.
-PYTEST_WORKERS ?= 2
+## The suite mostly waits (on its servers, the browser, the model server): PYTEST_WORKERS=2
+## runs it in pytest-xdist processes, each with its own test database, Redis prefix and var
+## directory (config/test_settings.py), a test file whole in one process with its module's
+## servers and browser. Serial by default (0) until the tests that depend on which files ran
+## before them in the same process are made independent of it.
+PYTEST_WORKERS ?= 0
 PYTEST_XDIST := $(if $(filter 0,$(PYTEST_WORKERS)),-p no:xdist,-n $(PYTEST_WORKERS) --dist loadfile)
 
 ## test: lint, then the whole suite on Postgres and Redis (DATABASE_URL / REDIS_URL), the tests
