@@ -31,7 +31,12 @@ from billing.services.holds import (
     release_budget_slices,
     settlements_drained,
 )
-from tests.billing.test_hold_batches import OWNER_IDS_FROM, hold_one, unsaved_key
+from tests.billing.test_hold_batches import (
+    OWNER_IDS_FROM,
+    hold_one,
+    transactions_of,
+    unsaved_key,
+)
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
 
@@ -55,18 +60,6 @@ def read_now(read: Callable[[], T]) -> T:
 def spent(key: ApiKey) -> Decimal:
     spend = BudgetSpend.objects.filter(owner="key", owner_id=key.id).first()
     return Decimal(0) if spend is None else spend.spent_usd
-
-
-def transactions_of(run_ids: list[str]) -> int:
-    """How many transactions wrote these runs' rows in the ledger (their `xmin`s)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(DISTINCT xmin::text) FROM telemetry_budgethold WHERE run_id = ANY(%s)",
-            [run_ids],
-        )
-        row = cursor.fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 @pytest.fixture(autouse=True)
