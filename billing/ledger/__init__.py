@@ -69,6 +69,11 @@ class Ledger(Protocol):
         or in the caller's (`budget_holds_settle`)."""
         ...
 
+    def settle_batch(self, settlements: Sequence[Settlement]) -> int:
+        """`settle`, for a worker's batch that reads no run's charge back: how many runs were
+        settled, without a row per run to send and parse."""
+        ...
+
     def release_slice(self, slice_id: str, amount: Decimal) -> None:
         """Give back what a slice did not draw (`budget_slice_release`)."""
         ...

@@ -41,6 +41,7 @@ def _server_bound_cursor() -> Iterator[psycopg.Cursor[Any]]:
 
 _HOLDS = "SELECT run_id, max_tokens, amount_usd, remaining_usd FROM mortar_budget_holds(%s)"
 _SETTLE = "SELECT run_id, charged_usd FROM mortar_budget_settle(%s)"
+_SETTLE_BATCH = "SELECT count(*) FROM mortar_budget_settle(%s)"
 _RELEASE = "SELECT mortar_budget_release(%s, %s)"
 
 
@@ -105,22 +106,31 @@ class PostgresLedger:
         return answers
 
     def settle(self, settlements: Sequence[Settlement]) -> dict[str, Decimal]:
-        items: list[dict[str, str]] = []
-        for settlement in settlements:
-            item = {"run_id": settlement.run_id, "cost": str(settlement.cost)}
-            draw = settlement.draw
-            if draw is not None:
-                item["slice_id"] = draw.slice_id
-                item["amount"] = str(draw.amount_usd)
-                item["prompt_usd"] = str(draw.prompt_usd)
-            items.append(item)
-        costs_json = Jsonb(items, dumps=orjson.dumps)
         # One statement: outside a transaction (a worker settling when responses end), its
         # own, one round trip where BEGIN and COMMIT would make three.
         with _server_bound_cursor() as cursor:
-            return dict(cursor.execute(_SETTLE, [costs_json], prepare=True).fetchall())
+            return dict(cursor.execute(_SETTLE, [_settle_items(settlements)]).fetchall())
+
+    def settle_batch(self, settlements: Sequence[Settlement]) -> int:
+        with _server_bound_cursor() as cursor:
+            row = cursor.execute(_SETTLE_BATCH, [_settle_items(settlements)]).fetchone()
+        return int(row[0]) if row is not None else 0
 
     def release_slice(self, slice_id: str, amount: Decimal) -> None:
         # Its own transaction: a worker gives a slice back outside any other.
         with transaction.atomic(), _server_bound_cursor() as cursor:
             cursor.execute(_RELEASE, [slice_id, amount], prepare=True)
+
+
+def _settle_items(settlements: Sequence[Settlement]) -> Jsonb:
+    """`mortar_budget_settle`'s argument: each run's cost, and its draw from a slice if any."""
+    items: list[dict[str, str]] = []
+    for settlement in settlements:
+        item = {"run_id": settlement.run_id, "cost": str(settlement.cost)}
+        draw = settlement.draw
+        if draw is not None:
+            item["slice_id"] = draw.slice_id
+            item["amount"] = str(draw.amount_usd)
+            item["prompt_usd"] = str(draw.prompt_usd)
+        items.append(item)
+    return Jsonb(items, dumps=orjson.dumps)

@@ -107,5 +107,8 @@ class SqliteLedger:
                     charged[run_id] = hold_settle(hold, settlement.cost)
         return charged
 
+    def settle_batch(self, settlements: Sequence[Settlement]) -> int:
+        return len(self.settle(settlements))
+
     def release_slice(self, slice_id: str, amount: Decimal) -> None:
         raise NotImplementedError("SQLite's ledger reserves no slices (`slices` is False)")

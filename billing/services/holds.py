@@ -35,7 +35,12 @@ from billing.budgets import budgets_for
 from billing.costs import Prices, charge_for
 from billing.ledger import ledger
 from billing.records import Held, HoldRequest, Settlement
-from billing.services.ledger import budget_holds, budget_holds_settle, budget_slice_release
+from billing.services.ledger import (
+    budget_holds,
+    budget_holds_settle,
+    budget_holds_settle_batch,
+    budget_slice_release,
+)
 from billing.services.slices import BudgetSlices
 from core.db import database_call_on
 from core.errors import BackendUnavailable, InsufficientQuota
@@ -76,8 +81,15 @@ class HeldBudget:
         first charge counts, and starts its settlement on the ledger (`settled` waits for it)."""
         if self.charged_usd is None:
             self.charged_usd = charge_for(cost, self.amount_usd)
-            self.settling = settle_soon(Settlement(self.run_id, self.charged_usd, self.draw))
+            if self.draw is not None:
+                settle_later(self)
+            else:
+                self.settling = settle_soon(self.settlement())
         return self.charged_usd
+
+    def settlement(self) -> Settlement:
+        assert self.charged_usd is not None, "charged first"
+        return Settlement(self.run_id, self.charged_usd, self.draw)
 
     async def settled(self) -> None:
         """Wait until the charge is settled on the ledger, when it must be before the response
@@ -161,8 +173,12 @@ hold_batches = PerLoop(HoldBatches)
 
 # A settlement of a slice's draw waits at most this long, or until this many wait, to join a
 # batch: what a worker settles on the ledger then costs one round trip per batch rather than
-# per request, even for a client alone (bench/micro/settle.py).
-DEFERRED_SECONDS = 0.1
+# per request, even for a client alone. A batch costs the process about 1 ms of CPU however
+# few it settles (its thread's and the loop's wake-ups, the round trip), so the window sets a
+# lone client's cost: 0.1 s left one client sending a request every 3.5 ms at 80 to 110 µs a
+# request (bench/micro/settle.py). Nothing waits on it: the draw is held on the ledger, as
+# part of its slice, until its batch commits — as long as the run writer used to take.
+DEFERRED_SECONDS = 0.5
 DEFERRED_BATCH = 256
 
 
@@ -179,33 +195,36 @@ class SettleBatches:
     """
 
     def __init__(self) -> None:
-        self._waiting: list[tuple[Settlement, asyncio.Future[None] | None]] = []
-        self._deferred = 0  # of `_waiting`, how many no one awaits
+        self._waiting: list[tuple[Settlement, asyncio.Future[None]]] = []
+        # Charged draws no one awaits: their settlements are made with their batch, not as
+        # each response ends (bench/micro/settle.py, a lone client's requests).
+        self._later: list[HeldBudget] = []
         self._taking = False
         self._task: asyncio.Task[None] | None = None  # held: a task nothing holds may vanish
         self._timer: asyncio.TimerHandle | None = None
         self._drained: asyncio.Event | None = None
 
-    def settle(
-        self, settlement: Settlement, loop: asyncio.AbstractEventLoop
-    ) -> asyncio.Future[None]:
+    def settle(self, settlement: Settlement) -> asyncio.Future[None]:
+        loop = asyncio.get_running_loop()
         answer: asyncio.Future[None] = loop.create_future()
         self._waiting.append((settlement, answer))
         self._take_soon(loop)
         return answer
 
-    def settle_later(self, settlement: Settlement, loop: asyncio.AbstractEventLoop) -> None:
-        self._waiting.append((settlement, None))
-        self._deferred += 1
-        if self._deferred >= DEFERRED_BATCH:
-            self._take_soon(loop)
+    def settle_later(self, held: HeldBudget) -> None:
+        # As each response ends, on every worker: the loop is looked up only when needed.
+        later = self._later
+        later.append(held)
+        if len(later) >= DEFERRED_BATCH:
+            self._take_soon(asyncio.get_running_loop())
         elif self._timer is None and not self._taking:
+            loop = asyncio.get_running_loop()
             self._timer = loop.call_later(DEFERRED_SECONDS, self._take_soon, loop)
 
     async def drained(self) -> None:
         """Wait until every settlement asked for so far is committed (or has failed): what a
         stopping worker, or a measurement, waits for."""
-        while self._waiting or self._taking:
+        while self._waiting or self._later or self._taking:
             if not self._taking:
                 self._take_soon(asyncio.get_running_loop())
             if self._drained is None:
@@ -222,33 +241,37 @@ class SettleBatches:
 
     def _batch_due(self) -> bool:
         """Whether what waits goes now: someone awaits it, or a full batch of draws waits."""
-        return len(self._waiting) > self._deferred or self._deferred >= DEFERRED_BATCH
+        return bool(self._waiting) or len(self._later) >= DEFERRED_BATCH
 
     async def _take_batches(self) -> None:
         try:
             # Draws that arrived during a batch's round trip wait for their own deferral (the
             # `finally`), rather than make batches as small as a round trip is short.
             first = True
-            while self._waiting and (first or self._batch_due()):
+            while (self._waiting or self._later) and (first or self._batch_due()):
                 first = False
-                batch, self._waiting, self._deferred = self._waiting, [], 0
-                settlements = [settlement for settlement, _ in batch]
+                awaited, self._waiting = self._waiting, []
+                later, self._later = self._later, []
+                settlements = [settlement for settlement, _ in awaited]
+                settlements += [held.settlement() for held in later]
                 try:
                     await database_call_on(
-                        LEDGER_THREADS, functools.partial(budget_holds_settle, settlements)
+                        LEDGER_THREADS, functools.partial(budget_holds_settle_batch, settlements)
                     )
                 except DatabaseError as away:
                     logger.warning(
-                        "budget: %d holds not settled (their expiry will): %s", len(batch), away
+                        "budget: %d holds not settled (their expiry will): %s",
+                        len(settlements),
+                        away,
                     )
                 except Exception:
-                    logger.exception("budget: %d holds not settled", len(batch))
-                for _, answer in batch:
-                    if answer is not None and not answer.done():  # it may have been cancelled
+                    logger.exception("budget: %d holds not settled", len(settlements))
+                for _, answer in awaited:
+                    if not answer.done():  # its request may have been cancelled
                         answer.set_result(None)
         finally:
             self._taking = False
-            if self._deferred and self._timer is None:  # arrived during the last batch
+            if self._later and self._timer is None:  # arrived during the last batch
                 loop = asyncio.get_running_loop()
                 self._timer = loop.call_later(DEFERRED_SECONDS, self._take_soon, loop)
             if self._drained is not None:
@@ -260,19 +283,26 @@ settle_batches = PerLoop(SettleBatches)
 
 
 def settle_soon(settlement: Settlement) -> asyncio.Future[None] | None:
-    """Start settling a run's charge on the ledger: a hold from the ledger in this event loop's
-    next batch (the future the response's end awaits), a slice's draw within
-    `DEFERRED_SECONDS` (nothing to await); on a thread without a running loop (a management
-    command, a test), now."""
+    """Start settling a run's charge on the ledger in this event loop's next batch: the future
+    the response's end awaits; on a thread without a running loop (a management command, a
+    test), now."""
     try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
+        batches = settle_batches()
+    except RuntimeError:  # no running event loop
         budget_holds_settle([settlement])
         return None
-    if settlement.draw is not None:
-        settle_batches().settle_later(settlement, loop)
-        return None
-    return settle_batches().settle(settlement, loop)
+    return batches.settle(settlement)
+
+
+def settle_later(held: HeldBudget) -> None:
+    """Settle a slice's draw, once charged, within `DEFERRED_SECONDS` (nothing to await); on a
+    thread without a running loop, now."""
+    try:
+        batches = settle_batches()
+    except RuntimeError:
+        budget_holds_settle([held.settlement()])
+        return
+    batches.settle_later(held)
 
 
 async def settlements_drained() -> None:

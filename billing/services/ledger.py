@@ -64,6 +64,14 @@ def budget_holds_settle(settlements: Sequence[Settlement]) -> dict[str, Decimal]
     return ledger().settle(settlements)
 
 
+def budget_holds_settle_batch(settlements: Sequence[Settlement]) -> int:
+    """`budget_holds_settle` for a worker's batch, which reads no charge back: how many runs
+    were settled."""
+    if not settlements:
+        return 0
+    return ledger().settle_batch(settlements)
+
+
 # A run in these states was generating when its worker was killed: the model server had its
 # prompt, whatever else was stored.
 _CUT_SHORT = (Run.Status.IN_PROGRESS, Run.Status.INTERRUPTED)
