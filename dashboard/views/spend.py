@@ -21,8 +21,7 @@ from dashboard.selectors.spend import (
     SpendFilters,
     errors_by_code,
     histogram,
-    spend_charts,
-    spend_totals,
+    spend_totals_and_charts,
     usage_by,
 )
 from dashboard.views import access, member_required
@@ -58,7 +57,8 @@ def spend(request: HttpRequest) -> HttpResponse:
     if request.GET.get("format") == "csv" and form.csv_table():
         return _csv(filters, form.csv_table(), now=now)
     breakdowns = {d: usage_by(filters, d, now=now) for d, _ in CHARTED}
-    charts = {d: c.as_json() for d, c in spend_charts(filters, breakdowns, now=now).items()}
+    totals, by_time = spend_totals_and_charts(filters, breakdowns, now=now)
+    charts = {d: c.as_json() for d, c in by_time.items()}
     latency, ttft = histogram(filters, "latency"), histogram(filters, "ttft")
     charts["latency"] = {"bins": [b.label for b in latency], "runs": [b.runs for b in latency]}
     charts["ttft"] = {"bins": [b.label for b in ttft], "runs": [b.runs for b in ttft]}
@@ -71,7 +71,7 @@ def spend(request: HttpRequest) -> HttpResponse:
         {
             "form": form,
             "filters": filters,
-            "totals": spend_totals(filters, now=now),
+            "totals": totals,
             "breakdowns": [(d, label, breakdowns[d]) for d, label in CHARTED],
             "deployments": usage_by(filters, "deployment", sort="errors", now=now),
             "error_codes": errors_by_code(filters),

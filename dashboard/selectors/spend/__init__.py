@@ -21,7 +21,13 @@ what they cost at its cached-input price, at the catalog's prices today.
 """
 
 from dashboard.selectors.spend.breakdowns import TOP, spend_totals, usage_by
-from dashboard.selectors.spend.charts import CHART_SERIES, Chart, spend_chart, spend_charts
+from dashboard.selectors.spend.charts import (
+    CHART_SERIES,
+    Chart,
+    spend_chart,
+    spend_charts,
+    spend_totals_and_charts,
+)
 from dashboard.selectors.spend.runs import BIN_EDGES_MS, Bin, ErrorCount, errors_by_code, histogram
 from dashboard.selectors.spend.sums import DIMENSIONS, SpendFilters, Usage
 
@@ -40,5 +46,6 @@ __all__ = [
     "spend_chart",
     "spend_charts",
     "spend_totals",
+    "spend_totals_and_charts",
     "usage_by",
 ]
