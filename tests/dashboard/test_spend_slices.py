@@ -22,6 +22,7 @@ from dashboard.selectors.spend import (
     spend_totals,
     spend_totals_and_charts,
     usage_by,
+    usage_by_each,
 )
 from dashboard.selectors.spend.charts import _costs_per_bucket, _moment
 from gateway.models import CatalogModel, Deployment
@@ -364,6 +365,38 @@ def test_the_page_s_sums_and_charts_read_together_are_those_read_apart(
     for moment, _, cost in own:
         line[charts["model"].buckets.index(int(_moment(moment).timestamp()))] += float(cost)
     assert charts["model"].series[0] == (top_model.label, line)
+
+
+@pytest.mark.parametrize("organization", ["acme", None])
+@pytest.mark.parametrize("limit", [2, None])
+def test_the_page_s_breakdowns_read_together_are_those_read_apart(
+    traffic: dict[str, Organization], organization: str | None, limit: int | None
+) -> None:
+    """The page reads its five breakdowns in one query, the runs since the refresh grouped
+    once for all: the same rows, in the same order, as each breakdown read alone."""
+    usage_rollups_refresh(since=DAY0, until=NOW)
+    cache.set(WATERMARK_KEY, NOW - timedelta(hours=1), timeout=None)
+    make_run(traffic["acme"], NOW - timedelta(minutes=30), end_user="eve", cost=Decimal("9"))
+    org = traffic[organization] if organization else None
+    filters = SpendFilters(
+        since=DAY0 + timedelta(hours=5, minutes=40),
+        until=NOW,
+        organization_id=org.pk if org else None,
+        bucket="day",
+    )
+    sorts = {
+        "organization": "cost",
+        "key": "requests",
+        "end_user": "cost",
+        "model": "cost",
+        "deployment": "errors",
+    }
+    together = usage_by_each(filters, sorts, limit=limit, now=NOW)
+    for dimension, sort in sorts.items():
+        alone = usage_by(filters, dimension, limit=limit, sort=sort, now=NOW)
+        assert together[dimension] == alone, dimension
+        assert alone
+    assert together["end_user"][0].value == "eve"  # a run since the refresh counts
 
 
 def test_the_in_process_refresh_slices_each_day_once_it_is_over(

@@ -20,7 +20,7 @@ Cache savings are what cached prompt tokens would have cost at the model's input
 what they cost at its cached-input price, at the catalog's prices today.
 """
 
-from dashboard.selectors.spend.breakdowns import TOP, spend_totals, usage_by
+from dashboard.selectors.spend.breakdowns import TOP, spend_totals, usage_by, usage_by_each
 from dashboard.selectors.spend.charts import (
     CHART_SERIES,
     Chart,
@@ -48,4 +48,5 @@ __all__ = [
     "spend_totals",
     "spend_totals_and_charts",
     "usage_by",
+    "usage_by_each",
 ]
