@@ -9,7 +9,9 @@ breakdown, by the hour and by the day): a range's whole days from the day slices
 hours from the hourly ones — or, for end users, from the rollups themselves.
 The two grouped queries are put together in SQL (`UNION ALL`, then grouped again), so a
 breakdown by a dimension with many values (end users) is sorted and cut in the database and
-never summed in Python.
+never summed in Python. The page reads its five breakdowns in one query (`usage_by_each`: the
+fresh runs grouped once, for all of them) and its totals with its charts' totals per bucket
+(`spend_totals_and_charts`): at a high write rate the fresh runs are most of its time.
 
 Errors by code are counted from the runs (the rollups keep no code), through the
 `run_error_accepted` partial index: only the runs that are errors are in it. The latency and
