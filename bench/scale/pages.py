@@ -23,7 +23,7 @@ from .fill import END_USERS, INTERLEAVED, MODELS, SESSION_RUNS, Plan
 from .vocabulary import word_of_rank
 
 # How the end-user choices' query (dashboard.selectors.catalog.end_user_names) starts.
-CHOICES_SQL = "WITH RECURSIVE seen(end_user, n)"
+CHOICES_SQL = "WITH RECURSIVE rolled_up(end_user, n)"
 RUNS_LIST_TARGET_MS = 200.0
 RUN_PAGE_TARGET_MS = 100.0
 SPEND_TARGET_MS = 1000.0

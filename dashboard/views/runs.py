@@ -17,6 +17,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from core.db_routing import reads_from_replica
+from dashboard import services
 from dashboard.forms import RunFilterForm
 from dashboard.selectors.catalog import (
     deployment_names,
@@ -50,6 +51,8 @@ from telemetry.models import Run
 @reads_from_replica
 def runs(request: HttpRequest) -> HttpResponse:
     seen = access(request).organizations
+    # The end-user choices are read from the rollups.
+    services.usage_rollups_refresh_without_beat()
     form = RunFilterForm(
         request.GET,
         organizations=organization_choices(seen),

@@ -21,9 +21,9 @@ from dashboard.selectors.spend import (
     SpendFilters,
     errors_by_code,
     histogram,
-    spend_charts,
-    spend_totals,
+    spend_totals_and_charts,
     usage_by,
+    usage_by_each,
 )
 from dashboard.views import access, member_required
 
@@ -57,8 +57,12 @@ def spend(request: HttpRequest) -> HttpResponse:
     filters = replace(form.filters(now=now), organizations=seen)
     if request.GET.get("format") == "csv" and form.csv_table():
         return _csv(filters, form.csv_table(), now=now)
-    breakdowns = {d: usage_by(filters, d, now=now) for d, _ in CHARTED}
-    charts = {d: c.as_json() for d, c in spend_charts(filters, breakdowns, now=now).items()}
+    # Deployments by their errors; all five in one query (the recent runs read once).
+    sorts = {**{d: "cost" for d, _ in CHARTED}, "deployment": "errors"}
+    breakdowns = usage_by_each(filters, sorts, now=now)
+    charted = {d: breakdowns[d] for d, _ in CHARTED}
+    totals, by_time = spend_totals_and_charts(filters, charted, now=now)
+    charts = {d: c.as_json() for d, c in by_time.items()}
     latency, ttft = histogram(filters, "latency"), histogram(filters, "ttft")
     charts["latency"] = {"bins": [b.label for b in latency], "runs": [b.runs for b in latency]}
     charts["ttft"] = {"bins": [b.label for b in ttft], "runs": [b.runs for b in ttft]}
@@ -71,9 +75,9 @@ def spend(request: HttpRequest) -> HttpResponse:
         {
             "form": form,
             "filters": filters,
-            "totals": spend_totals(filters, now=now),
+            "totals": totals,
             "breakdowns": [(d, label, breakdowns[d]) for d, label in CHARTED],
-            "deployments": usage_by(filters, "deployment", sort="errors", now=now),
+            "deployments": breakdowns["deployment"],
             "error_codes": errors_by_code(filters),
             "latency": latency,
             "ttft": ttft,

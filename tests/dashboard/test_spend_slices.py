@@ -15,7 +15,16 @@ from django.core.cache import cache
 from accounts.models import Organization
 from accounts.services import key_create
 from dashboard.selectors.overview import OverviewFilters, overview
-from dashboard.selectors.spend import SpendFilters, spend_chart, spend_totals, usage_by
+from dashboard.selectors.spend import (
+    CHART_SERIES,
+    SpendFilters,
+    spend_chart,
+    spend_totals,
+    spend_totals_and_charts,
+    usage_by,
+    usage_by_each,
+)
+from dashboard.selectors.spend.charts import _costs_per_bucket, _moment
 from gateway.models import CatalogModel, Deployment
 from telemetry.models import Run, UsageSlice
 from telemetry.services.rollups import (
@@ -303,7 +312,7 @@ def test_a_long_range_reads_day_slices_and_agrees_with_the_runs_and_the_overview
         ]
 
     # The first value a line of its own, the rest as "other" (the total less the lines).
-    for dimension, column in (("end_user", "end_user"), ("key", "api_key_id")):
+    for dimension, column in (("end_user", "end_user"), ("key", "api_key_id"), ("model", "model")):
         top = usage_by(filters, dimension, limit=1, now=NOW)
         chart = spend_chart(filters, dimension, top, now=NOW)
         assert len(chart.buckets) == 4  # four days, the first and last partial
@@ -311,6 +320,83 @@ def test_a_long_range_reads_day_slices_and_agrees_with_the_runs_and_the_overview
             (top[0].label, cost_per_day(column, top[0].value, equal=True)),
             ("other", cost_per_day(column, top[0].value, equal=False)),
         ], dimension
+
+
+@pytest.mark.parametrize("organization", ["acme", None])
+@pytest.mark.parametrize("bucket", ["day", "hour"])
+def test_the_page_s_sums_and_charts_read_together_are_those_read_apart(
+    traffic: dict[str, Organization], organization: str | None, bucket: str
+) -> None:
+    """The page reads its sums, total per bucket and model chart in one query: the same
+    figures as `spend_totals` and each `spend_chart`, runs since the refresh included."""
+    usage_rollups_refresh(since=DAY0, until=NOW)
+    cache.set(WATERMARK_KEY, NOW - timedelta(hours=1), timeout=None)
+    # Several models, so the model chart has lines of its own and "other".
+    CatalogModel.objects.create(
+        id="slice-b",
+        deployment=Deployment.objects.get(name="dep-slice"),
+        price_input=Decimal("3"),
+        price_cached_input=Decimal("1"),
+        price_output=Decimal("9"),
+    )
+    org = traffic[organization] if organization else None
+    span = timedelta(days=2, hours=7) if bucket == "day" else timedelta(hours=20)
+    filters = SpendFilters(
+        since=NOW - span, until=NOW, organization_id=org.pk if org else None, bucket=bucket
+    )
+    tops = {
+        dimension: usage_by(filters, dimension, limit=CHART_SERIES, now=NOW)
+        for dimension in ("organization", "key", "end_user", "model")
+    }
+    tops["model"] = tops["model"][:1]
+    totals, charts = spend_totals_and_charts(filters, tops, now=NOW)
+    assert totals == spend_totals(filters, now=NOW)
+    assert totals.requests and totals.savings
+    # Each chart's lines and "other" add up to the total per bucket, which sums to the range's.
+    for dimension in tops:
+        per_bucket = [
+            sum(values) for values in zip(*(v for _, v in charts[dimension].series), strict=True)
+        ]
+        assert sum(per_bucket) == pytest.approx(float(totals.cost)), dimension
+    # The model chart's line from the shared query, as the model's own rows give it.
+    top_model = tops["model"][0]
+    own = _costs_per_bucket(filters, "model", only=("model", [top_model.value]), now=NOW)
+    line = [0.0] * len(charts["model"].buckets)
+    for moment, _, cost in own:
+        line[charts["model"].buckets.index(int(_moment(moment).timestamp()))] += float(cost)
+    assert charts["model"].series[0] == (top_model.label, line)
+
+
+@pytest.mark.parametrize("organization", ["acme", None])
+@pytest.mark.parametrize("limit", [2, None])
+def test_the_page_s_breakdowns_read_together_are_those_read_apart(
+    traffic: dict[str, Organization], organization: str | None, limit: int | None
+) -> None:
+    """The page reads its five breakdowns in one query, the runs since the refresh grouped
+    once for all: the same rows, in the same order, as each breakdown read alone."""
+    usage_rollups_refresh(since=DAY0, until=NOW)
+    cache.set(WATERMARK_KEY, NOW - timedelta(hours=1), timeout=None)
+    make_run(traffic["acme"], NOW - timedelta(minutes=30), end_user="eve", cost=Decimal("9"))
+    org = traffic[organization] if organization else None
+    filters = SpendFilters(
+        since=DAY0 + timedelta(hours=5, minutes=40),
+        until=NOW,
+        organization_id=org.pk if org else None,
+        bucket="day",
+    )
+    sorts = {
+        "organization": "cost",
+        "key": "requests",
+        "end_user": "cost",
+        "model": "cost",
+        "deployment": "errors",
+    }
+    together = usage_by_each(filters, sorts, limit=limit, now=NOW)
+    for dimension, sort in sorts.items():
+        alone = usage_by(filters, dimension, limit=limit, sort=sort, now=NOW)
+        assert together[dimension] == alone, dimension
+        assert alone
+    assert together["end_user"][0].value == "eve"  # a run since the refresh counts
 
 
 def test_the_in_process_refresh_slices_each_day_once_it_is_over(

@@ -9,7 +9,9 @@ breakdown, by the hour and by the day): a range's whole days from the day slices
 hours from the hourly ones — or, for end users, from the rollups themselves.
 The two grouped queries are put together in SQL (`UNION ALL`, then grouped again), so a
 breakdown by a dimension with many values (end users) is sorted and cut in the database and
-never summed in Python.
+never summed in Python. The page reads its five breakdowns in one query (`usage_by_each`: the
+fresh runs grouped once, for all of them) and its totals with its charts' totals per bucket
+(`spend_totals_and_charts`): at a high write rate the fresh runs are most of its time.
 
 Errors by code are counted from the runs (the rollups keep no code), through the
 `run_error_accepted` partial index: only the runs that are errors are in it. The latency and
@@ -20,8 +22,14 @@ Cache savings are what cached prompt tokens would have cost at the model's input
 what they cost at its cached-input price, at the catalog's prices today.
 """
 
-from dashboard.selectors.spend.breakdowns import TOP, spend_totals, usage_by
-from dashboard.selectors.spend.charts import CHART_SERIES, Chart, spend_chart, spend_charts
+from dashboard.selectors.spend.breakdowns import TOP, spend_totals, usage_by, usage_by_each
+from dashboard.selectors.spend.charts import (
+    CHART_SERIES,
+    Chart,
+    spend_chart,
+    spend_charts,
+    spend_totals_and_charts,
+)
 from dashboard.selectors.spend.runs import BIN_EDGES_MS, Bin, ErrorCount, errors_by_code, histogram
 from dashboard.selectors.spend.sums import DIMENSIONS, SpendFilters, Usage
 
@@ -40,5 +48,7 @@ __all__ = [
     "spend_chart",
     "spend_charts",
     "spend_totals",
+    "spend_totals_and_charts",
     "usage_by",
+    "usage_by_each",
 ]

@@ -223,9 +223,12 @@ def grouped_sql(
     now: datetime,
     only: Only | None = None,
     day_slices: bool = True,
+    fresh_groups: str | None = None,
 ) -> tuple[str, list[Any]]:
     """The summed rows and the fresh runs grouped alike (the same columns in the same order),
-    as one `UNION ALL`; with `only`, the rows of those values only."""
+    as one `UNION ALL`; with `only`, the rows of those values only. With `fresh_groups`, the
+    name of a CTE of `fresh_groups_sql`, the fresh runs' part sums its groups instead of the
+    runs (not by bucket: its groups have none)."""
     # A day slice cannot be cut in hours.
     days = (filters.bucket == "day" or not by_bucket) and day_slices
     periods = _periods(filters, days=days, now=now)
@@ -239,7 +242,7 @@ def grouped_sql(
     # No column (the totals): one constant key, so `values()` does not mean every field.
     columns = columns or {"d_all": (Value(0), Value(0))}
     keys = [*columns, *(["bucket"] if by_bucket else [])]
-    parts = []
+    parts: list[QuerySet[Any]] = []
     for rows, time_column in sources:
         summed = rows.annotate(
             **{name: pair[0] for name, pair in columns.items()},
@@ -256,32 +259,59 @@ def grouped_sql(
                 s_saved=Sum(ExpressionWrapper(F("cached_tokens") * saving, output_field=MONEY)),
             )
         )
-    from_runs = runs.annotate(
-        **{name: pair[1] for name, pair in columns.items()},
-        **({"bucket": trunc("accepted_at", tzinfo=UTC)} if by_bucket else {}),
-    )
-    parts.append(
-        from_runs.values(*keys).annotate(
-            s_requests=Count("pk"),
-            s_errors=Count("pk", filter=IS_ERROR),
-            s_prompt=Sum("prompt_tokens"),
-            s_completion=Sum("completion_tokens"),
-            s_cached=Sum("cached_tokens"),
-            s_cost=Sum("cost"),
-            s_saved=Sum(
-                ExpressionWrapper(
-                    Coalesce(F("cached_tokens"), Value(0), output_field=IntegerField()) * saving,
-                    output_field=MONEY,
-                )
-            ),
+    if fresh_groups is None:
+        from_runs = runs.annotate(
+            **{name: pair[1] for name, pair in columns.items()},
+            **({"bucket": trunc("accepted_at", tzinfo=UTC)} if by_bucket else {}),
         )
-    )
-    sqls, params = [], []
+        parts.append(_runs_summed(from_runs.values(*keys), saving))
+    sqls: list[str] = []
+    params: list[Any] = []
     for part in parts:
         sql, part_params = part.order_by().query.sql_with_params()
         sqls.append(sql)
         params.extend(part_params)
+    if fresh_groups is not None:
+        if by_bucket or only is not None:
+            raise ValueError("the fresh runs' groups are neither by bucket nor of some values")
+        named = ", ".join(columns)
+        sums = ", ".join(f"SUM({name}) AS {name}" for name in SUM_NAMES)
+        sqls.append(f"SELECT {named}, {sums} FROM {fresh_groups} GROUP BY {named}")
     return " UNION ALL ".join(sqls), params
+
+
+SUM_NAMES = ("s_requests", "s_errors", "s_prompt", "s_completion", "s_cached", "s_cost", "s_saved")
+
+
+def _runs_summed(grouped: QuerySet[Any], saving: Case | Value) -> QuerySet[Any]:
+    """The runs' sums (`SUM_NAMES`, in that order) per group of `grouped`."""
+    summed: QuerySet[Any] = grouped.annotate(
+        s_requests=Count("pk"),
+        s_errors=Count("pk", filter=IS_ERROR),
+        s_prompt=Sum("prompt_tokens"),
+        s_completion=Sum("completion_tokens"),
+        s_cached=Sum("cached_tokens"),
+        s_cost=Sum("cost"),
+        s_saved=Sum(
+            ExpressionWrapper(
+                Coalesce(F("cached_tokens"), Value(0), output_field=IntegerField()) * saving,
+                output_field=MONEY,
+            )
+        ),
+    )
+    return summed
+
+
+def fresh_groups_sql(filters: SpendFilters, *, now: datetime) -> tuple[str, list[Any]]:
+    """The fresh runs (those `grouped_sql` reads, not by bucket) grouped by every dimension's
+    column at once (`d_organization`, `d_key`, …) with their sums: for a CTE that each
+    breakdown's `grouped_sql(…, fresh_groups=…)` sums, so one query of several breakdowns
+    reads those runs once."""
+    runs = _fresh_runs(filters, _periods(filters, days=True, now=now))
+    columns = {f"d_{dimension}": RUN_COLUMN[dimension] for dimension in DIMENSIONS}
+    grouped = runs.annotate(**columns).values(*columns)
+    sql, params = _runs_summed(grouped, _savings_per_token()).order_by().query.sql_with_params()
+    return sql, list(params)
 
 
 OUTER_SUMS = """
