@@ -12,7 +12,6 @@ own, so only its backends are terminated and the session's shared servers are le
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -24,7 +23,13 @@ from django.conf import settings
 from django.db import connection
 
 from tests.conftest import Tenant, _server_env, manage, stored_bytes, wait_for_run
-from tests.support.servers import ServerProcess, start_mortar, stream_completion
+from tests.support.servers import (
+    ServerProcess,
+    signed_in,
+    start_mortar,
+    stream_completion,
+    without_event_ids,
+)
 from tests.support.waiting import wait_until
 
 # Terminating the server's backends is a Postgres operation (a restart or failover).
@@ -34,8 +39,6 @@ pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
 APPLICATION_NAME = "mortar-recovery-test"
 STAFF = "recovery-staff"
 PASSWORD = "a recovery test password"
-CSRF_FIELD = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
-ID_LINE = re.compile(rb"^id: \d+\n", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -136,27 +139,6 @@ def ready(server: ServerProcess) -> httpx.Response:
     return httpx.get(f"{server.base_url}/readyz", timeout=30)
 
 
-def signed_in(server: ServerProcess) -> httpx.Client:
-    """A client signed in to the dashboard through its sign-in form, over HTTP."""
-    client = httpx.Client(base_url=server.base_url, timeout=30)
-    form = client.get("/dashboard/login/")
-    assert form.status_code == 200
-    token = CSRF_FIELD.search(form.text)
-    assert token is not None, form.text
-    answer = client.post(
-        "/dashboard/login/",
-        data={
-            "csrfmiddlewaretoken": token.group(1),
-            "username": STAFF,
-            "password": PASSWORD,
-            "next": "/dashboard/runs/",
-        },
-    )
-    assert answer.status_code == 302, answer.text
-    assert answer.headers["location"] == "/dashboard/runs/"
-    return client
-
-
 def terminate_and_wait(server: ServerProcess, secret: str) -> None:
     """Terminate the server's backends and wait until they are gone.
 
@@ -195,7 +177,7 @@ def test_replay_answers_the_first_request_after_the_backends_are_terminated(
 
     replayed = replay(recovering.server, tenant.secret, run_id)
     assert replayed.status_code == 200, replayed.text
-    assert ID_LINE.sub(b"", replayed.content) == received
+    assert without_event_ids(replayed.content) == received
 
 
 def rerun(server: ServerProcess, secret: str, run_id: str) -> httpx.Response:
@@ -236,7 +218,7 @@ def test_readyz_answers_the_first_request_after_the_backends_are_terminated(
 def test_the_dashboard_answers_the_first_request_after_the_backends_are_terminated(
     recovering: RecoveringServer, tenant: Tenant, stored_run: tuple[str, bytes]
 ) -> None:
-    with contextlib.closing(signed_in(recovering.server)) as dashboard:
+    with contextlib.closing(signed_in(recovering.server, STAFF, PASSWORD)) as dashboard:
         assert dashboard.get("/dashboard/runs/").status_code == 200
         terminate_and_wait(recovering.server, tenant.secret)
 
@@ -382,7 +364,7 @@ def test_dashboard_pages_while_the_database_refuses_connections_are_503_pages_sa
     recovering: RecoveringServer,
 ) -> None:
     server = recovering.server
-    client = signed_in(server)
+    client = signed_in(server, STAFF, PASSWORD)
     try:
         with database_refusing_connections():
             answers = {page: client.get(page) for page in DASHBOARD_PAGES}

@@ -10,7 +10,6 @@ only within a second.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,13 @@ from tests.support.postgres_clusters import (
     replica_cluster,
     scratch_directory,
 )
-from tests.support.servers import ServerProcess, start_mortar, stream_completion
+from tests.support.servers import (
+    ServerProcess,
+    signed_in,
+    start_mortar,
+    stream_completion,
+    without_event_ids,
+)
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres, pytest.mark.replica]
@@ -37,8 +42,6 @@ pytestmark = [pytest.mark.django_db, pytest.mark.postgres, pytest.mark.replica]
 DBNAME = "test_mortar_replicated"
 STAFF = "replica-staff"
 PASSWORD = "a replica test password"
-CSRF_FIELD = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
-ID_LINE = re.compile(rb"^id: \d+\n", re.MULTILINE)
 TAMPERED = b'data: {"written":"on the primary only"}\n\n'
 
 
@@ -98,18 +101,6 @@ def replicated(
         remove_scratch(base)
 
 
-def signed_in(server: ServerProcess) -> httpx.Client:
-    client = httpx.Client(base_url=server.base_url, timeout=30)
-    token = CSRF_FIELD.search(client.get("/dashboard/login/").text)
-    assert token is not None
-    answer = client.post(
-        "/dashboard/login/",
-        data={"csrfmiddlewaretoken": token.group(1), "username": STAFF, "password": PASSWORD},
-    )
-    assert answer.status_code == 302, answer.text
-    return client
-
-
 def streamed_run(server: ServerProcess, secret: str) -> tuple[str, bytes]:
     body = {"messages": [{"role": "user", "content": "a b c"}], "stream": True}
     with stream_completion(server, secret, body) as response:
@@ -148,7 +139,10 @@ def test_pages_and_replay_read_the_replica_and_the_primary_beyond_the_lag_bound(
     replicated: Replicated, tenant: Tenant
 ) -> None:
     primary, replica = replicated.primary, replicated.replica
-    patient, strict = signed_in(replicated.patient), signed_in(replicated.strict)
+    patient, strict = (
+        signed_in(replicated.patient, STAFF, PASSWORD),
+        signed_in(replicated.strict, STAFF, PASSWORD),
+    )
     older, received = streamed_run(replicated.patient, tenant.secret)
     wait_until(lambda: finished_on(replica, older), message="the run never reached the replica")
 
@@ -170,14 +164,14 @@ def test_pages_and_replay_read_the_replica_and_the_primary_beyond_the_lag_bound(
         assert older in page and newer not in page
         for path in ("/dashboard/spend/", "/dashboard/audit/", "/dashboard/sessions/"):
             assert patient.get(path).status_code == 200, path
-        assert ID_LINE.sub(b"", replay(replicated.patient, tenant.secret, older).content) == (
+        assert without_event_ids(replay(replicated.patient, tenant.secret, older).content) == (
             received
         )
         # What the replica does not have yet is read from the primary.
         assert patient.get(f"/dashboard/runs/{newer}/").status_code == 200
         newer_replayed = replay(replicated.patient, tenant.secret, newer)
         assert newer_replayed.status_code == 200
-        assert ID_LINE.sub(b"", newer_replayed.content) == newer_received
+        assert without_event_ids(newer_replayed.content) == newer_received
 
         # Beyond a second behind, the strict server reads the primary.
         wait_until(
@@ -220,7 +214,7 @@ def test_an_idle_primary_does_not_make_the_replica_look_behind(
 def test_pages_and_replay_answer_from_the_primary_while_the_replica_is_down(
     replicated: Replicated, tenant: Tenant
 ) -> None:
-    patient = signed_in(replicated.patient)
+    patient = signed_in(replicated.patient, STAFF, PASSWORD)
     stored, received = streamed_run(replicated.patient, tenant.secret)
     wait_until(lambda: finished_on(replicated.replica, stored))
     listed(patient)  # read from the replica, which the server now trusts
@@ -235,7 +229,7 @@ def test_pages_and_replay_answer_from_the_primary_while_the_replica_is_down(
         assert patient.get("/dashboard/spend/").status_code == 200
         replayed = replay(replicated.patient, tenant.secret, stored)
         assert replayed.status_code == 200
-        assert ID_LINE.sub(b"", replayed.content) == received
+        assert without_event_ids(replayed.content) == received
         assert replica_readiness(replicated.patient) == "unavailable"
     finally:
         replicated.replica.start()

@@ -11,7 +11,6 @@ only now and then in production.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
 import httpx
@@ -37,15 +36,13 @@ from tests.support.postgres_clusters import (
     scratch_directory,
     start_pgbouncer,
 )
-from tests.support.servers import ServerProcess, start_mortar
+from tests.support.servers import ServerProcess, signed_in, start_mortar, without_event_ids
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres, pytest.mark.pgbouncer]
 
 STAFF = "pooler-staff"
 PASSWORD = "a pooler test password"
-CSRF_FIELD = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
-ID_LINE = re.compile(rb"^id: \d+\n", re.MULTILINE)
 
 
 @pytest.fixture(scope="session")
@@ -137,7 +134,7 @@ def test_json_and_streamed_completions_are_stored_settled_and_replayed(
         )
         assert replayed.status_code == 200, replayed.text
         if expected is not None:
-            assert ID_LINE.sub(b"", replayed.content) == expected
+            assert without_event_ids(replayed.content) == expected
         else:
             assert replayed.json()["id"] == completion.id
 
@@ -169,14 +166,7 @@ def test_dashboard_pages(pooled_server: ServerProcess, tenant: Tenant) -> None:
     )
     assert streamed.status_code == 200
     run_id = wait_for_run(streamed.headers["X-Mortar-Run-Id"]).pk
-    client = httpx.Client(base_url=pooled_server.base_url, timeout=30)
-    token = CSRF_FIELD.search(client.get("/dashboard/login/").text)
-    assert token is not None
-    signed = client.post(
-        "/dashboard/login/",
-        data={"csrfmiddlewaretoken": token.group(1), "username": STAFF, "password": PASSWORD},
-    )
-    assert signed.status_code == 302, signed.text
+    client = signed_in(pooled_server, STAFF, PASSWORD)
     for path in (
         "/dashboard/",
         "/dashboard/runs/",

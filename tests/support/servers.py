@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -148,3 +149,35 @@ def stream_completion(
         headers={"Authorization": f"Bearer {secret}"},
         timeout=timeout,
     )
+
+
+CSRF_FIELD = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
+# A replayed stream's SSE ids are its own; the rest of its bytes are the run's as first sent.
+EVENT_ID_LINE = re.compile(rb"^id: \d+\n", re.MULTILINE)
+
+
+def without_event_ids(body: bytes) -> bytes:
+    return EVENT_ID_LINE.sub(b"", body)
+
+
+def signed_in(
+    server: ServerProcess, username: str, password: str, *, next_page: str = "/dashboard/runs/"
+) -> httpx.Client:
+    """A client signed in to `server`'s dashboard through its sign-in form, over HTTP."""
+    client = httpx.Client(base_url=server.base_url, timeout=30)
+    form = client.get("/dashboard/login/")
+    assert form.status_code == 200
+    token = CSRF_FIELD.search(form.text)
+    assert token is not None, form.text
+    answer = client.post(
+        "/dashboard/login/",
+        data={
+            "csrfmiddlewaretoken": token.group(1),
+            "username": username,
+            "password": password,
+            "next": next_page,
+        },
+    )
+    assert answer.status_code == 302, answer.text
+    assert answer.headers["location"] == next_page
+    return client
