@@ -23,6 +23,7 @@ from django.db import connection
 from accounts.models import ApiKey, Organization
 from accounts.services import key_create
 from billing.models import BudgetHold, BudgetSpend
+from telemetry.models import Run
 from tests.conftest import wait_for_run
 from tests.support.servers import ServerProcess
 from tests.support.waiting import wait_until
@@ -103,7 +104,10 @@ def read_budget(server: ServerProcess, secret: str) -> dict[str, Any]:
 
 
 def settled(run_ids: list[str]) -> bool:
-    return not BudgetHold.objects.filter(run_id__in=run_ids).exists()
+    """Each run stored, and none holding anything. Stored first: a slice's draw not settled
+    yet is no hold of its own until its run's row is (it is held as part of its slice)."""
+    stored = Run.objects.filter(id__in=run_ids).count() == len(set(run_ids))
+    return stored and not BudgetHold.objects.filter(run_id__in=run_ids).exists()
 
 
 def spend_of(owner: str, owner_id: int) -> BudgetSpend:
