@@ -17,8 +17,8 @@ from billing.budgets import (
     resets_at,
 )
 from billing.costs import to_micro
+from billing.ledger.entries import Standing
 from billing.models import BudgetSpend
-from billing.records import Standing
 from core.db import database_read
 
 

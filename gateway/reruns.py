@@ -28,8 +28,8 @@ from core.ids import is_run_id
 from gateway.contract.validation import parse_json_body
 from gateway.inprocess import send_for_key
 from gateway.pipeline.surface import Surface, surface_of_run
-from telemetry.images import stored_body_as_received
 from telemetry.models import Run
+from telemetry.stored_bodies import stored_body_as_received
 
 # A run id fresh from a response may reach the database a writer batch later (as on replay).
 NOT_YET_STORED_WAIT = 0.5

@@ -37,7 +37,7 @@ from core.errors import (
     UpstreamUnavailable,
 )
 from telemetry.metrics_dir import use_metrics_dir
-from telemetry.store.records import RunFields
+from telemetry.store.fields import RunFields
 
 if TYPE_CHECKING:
     from prometheus_client import Counter, Gauge, Histogram

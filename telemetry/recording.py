@@ -19,8 +19,8 @@ from telemetry import metrics
 from telemetry.events import EventPublisher
 from telemetry.models import Run
 from telemetry.request_log import request_logged
+from telemetry.store.fields import ImageRecord, RunFields, RunOutcome
 from telemetry.store.items import ChunkSent, RunClosed, RunOpened
-from telemetry.store.records import ImageRecord, RunFields, RunOutcome
 from telemetry.store.writer import RunWriter
 
 logger = logging.getLogger(__name__)

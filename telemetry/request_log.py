@@ -12,7 +12,7 @@ import logging
 
 from django.conf import settings
 
-from telemetry.store.records import RunFields
+from telemetry.store.fields import RunFields
 
 logger = logging.getLogger("mortar.requests")
 

@@ -51,7 +51,7 @@ from core.http.cors import Cors  # noqa: E402
 from core.logs import JsonFormatter  # noqa: E402
 from gateway.contract import cors as api_cors  # noqa: E402
 from telemetry import metrics, request_log  # noqa: E402
-from telemetry.store.records import RunFields  # noqa: E402
+from telemetry.store.fields import RunFields  # noqa: E402
 
 BUDGET_US = 50.0
 MODEL = "Qwen/Qwen2.5-7B-Instruct"

@@ -42,7 +42,7 @@ from typing import Protocol
 from django.db import connection
 
 from billing.costs import to_micro
-from billing.records import Held, HoldRequest, Settlement
+from billing.ledger.entries import Held, HoldRequest, Settlement
 from core.errors import InsufficientQuota
 
 

@@ -24,8 +24,8 @@ from psycopg.types.json import Jsonb
 from billing.budgets import Budget, period_start
 from billing.costs import to_micro
 from billing.ledger import refusal
+from billing.ledger.entries import Held, HoldRequest, Settlement
 from billing.models import BudgetSpend
-from billing.records import Held, HoldRequest, Settlement
 from core.errors import InsufficientQuota
 
 

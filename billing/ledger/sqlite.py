@@ -20,9 +20,9 @@ from django.db import transaction
 from billing.budgets import Budget, period_start
 from billing.costs import to_micro
 from billing.ledger import refusal
+from billing.ledger.entries import Held, HoldRequest, Settlement
 from billing.ledger.rows import hold_settle
 from billing.models import BudgetHold, BudgetSpend
-from billing.records import Held, HoldRequest, Settlement
 from core.errors import InsufficientQuota
 
 _lock = threading.Lock()

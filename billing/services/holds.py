@@ -34,7 +34,7 @@ from accounts.models import ApiKey
 from billing.budgets import budgets_for
 from billing.costs import Prices, charge_for
 from billing.ledger import ledger
-from billing.records import Held, HoldRequest, Settlement
+from billing.ledger.entries import Held, HoldRequest, Settlement
 from billing.services.ledger import (
     budget_holds,
     budget_holds_settle,
@@ -45,7 +45,7 @@ from billing.services.slices import BudgetSlices
 from core.db import database_call_on
 from core.errors import BackendUnavailable, InsufficientQuota
 from core.loops import PerLoop
-from telemetry.records import BudgetDraw
+from telemetry.store.draws import BudgetDraw
 
 logger = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ from decimal import Decimal
 from billing.budgets import Budget
 from billing.costs import Prices
 from billing.ledger import ledger
+from billing.ledger.entries import Held, HoldRequest, Settlement
 from billing.ledger.rows import hold_settle
 from billing.models import BudgetHold
-from billing.records import Held, HoldRequest, Settlement
 from core.errors import InsufficientQuota
 from telemetry.models import Run
 

@@ -44,9 +44,9 @@ from django.db import DatabaseError
 
 from billing.budgets import Budget, resets_at
 from billing.costs import MICRO, Prices, to_micro
-from billing.records import Held, HoldRequest
+from billing.ledger.entries import Held, HoldRequest
 from core.errors import InsufficientQuota
-from telemetry.records import BudgetDraw
+from telemetry.store.draws import BudgetDraw
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
-from billing.records import Standing
+from billing.ledger.entries import Standing
 from billing.selectors import budget_standings
 
 

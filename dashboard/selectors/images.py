@@ -1,7 +1,7 @@
 """A run's images for its page: their thumbnails' facts, the bytes they show, and the run's
 bodies as received (each `mortar-image:sha256:…` reference turned back into its data URL).
 
-An image is only reached through a run of the organization that sent it (`telemetry.images`):
+An image is only reached through a run of the organization that sent it (`telemetry.stored_bodies`):
 every read here goes from the run, and checks the image is that organization's.
 """
 
@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from django.db.models import F, QuerySet
 
-from telemetry.images import stored_body_as_received
 from telemetry.models import RunImage
+from telemetry.stored_bodies import stored_body_as_received
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from gateway.relay.relay import Relay
 from gateway.relay.sse import streaming_response
 from gateway.upstream.counting import UsageCounting
 from telemetry.models import Run
-from telemetry.store.records import RunOutcome
+from telemetry.store.fields import RunOutcome
 
 logger = logging.getLogger(__name__)
 

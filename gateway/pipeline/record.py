@@ -29,7 +29,7 @@ from telemetry.events import event_publisher
 from telemetry.leases import worker_of_new_runs
 from telemetry.models import Run
 from telemetry.recording import Decided, RunRecorder
-from telemetry.store.records import ImageRecord, RunFields, RunOutcome
+from telemetry.store.fields import ImageRecord, RunFields, RunOutcome
 from telemetry.store.running import run_writer
 
 

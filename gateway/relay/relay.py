@@ -18,7 +18,7 @@ from gateway.relay.rendering import Rendering
 from gateway.upstream.counting import UsageCounting, count_in_background, usage_counted
 from telemetry.models import Run
 from telemetry.recording import RunRecorder
-from telemetry.store.records import RunOutcome
+from telemetry.store.fields import RunOutcome
 from telemetry.store.search_text import REPLY_TEXT_LIMIT, capped
 
 if TYPE_CHECKING:  # the pipeline makes relays; only its record's type is needed here

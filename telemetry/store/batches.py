@@ -20,9 +20,9 @@ from core.db import DatabaseAway, drop_broken_connection
 from telemetry.models import Run, RunChunk
 from telemetry.services.interruptions import runs_lock
 from telemetry.store import postgres, sqlite
+from telemetry.store.fields import RunFields
 from telemetry.store.images import RunImages, fields_with_references, hashed, run_images_write
 from telemetry.store.items import ChunkSent, RunOpened, WriterItem
-from telemetry.store.records import RunFields
 from telemetry.store.search_text import prompt_text
 
 logger = logging.getLogger(__name__)

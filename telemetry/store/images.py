@@ -7,7 +7,7 @@ one (a Messages `image` block's `source.data`) by `mortar-image-base64:sha256:<6
 image itself is one `Image` row per organization and hash, and `RunImage` rows say which run
 carried which image where, so the same screenshot sent in 50 turns of an agent loop is stored
 once. The data URL is the canonical base64 of the bytes (the gateway refuses any other), so the
-body as received is restored exactly from the reference (`telemetry.images`).
+body as received is restored exactly from the reference (`telemetry.stored_bodies`).
 
 The hashing, the references and the writes run on the run writer's thread, inside the batch's
 transaction (`telemetry.store.batches.write_batch`), never on a request's event loop.
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from telemetry.models import Image, RunImage
-from telemetry.store.records import ImageRecord, RunFields
+from telemetry.store.fields import ImageRecord, RunFields
 
 REFERENCE_PREFIX = "mortar-image:sha256:"  # stands for the image's data URL
 BASE64_REFERENCE_PREFIX = "mortar-image-base64:sha256:"  # for its bare base64 (Messages)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from telemetry.records import BudgetDraw
-from telemetry.store.records import ImageRecord, RunFields
+from telemetry.store.draws import BudgetDraw
+from telemetry.store.fields import ImageRecord, RunFields
 from telemetry.store.spool import Row
 
 # Named tuples: the request path makes one per chunk, and a tuple costs half what a frozen

@@ -46,8 +46,8 @@ from psycopg.types.json import Jsonb
 from psycopg.types.string import BytesBinaryDumper
 
 from telemetry.models import Run, RunChunk
+from telemetry.store.fields import RunFields
 from telemetry.store.items import ChunkSent
-from telemetry.store.records import RunFields
 
 # In the table's own column order (migration 0022).
 CHUNK_COLUMNS = "run_accepted_at, offset_us, seq, run_id, data"

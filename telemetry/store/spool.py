@@ -19,7 +19,7 @@ File format (version 1), little-endian::
 
 A row is a tuple of plain values (``telemetry.store.items.encode_row``): ``("o", fields)`` a run
 opened (``("o", fields, images)`` when its request carried images, each a tuple of
-``telemetry.store.records.ImageRecord``'s fields), ``("c", run_id, seq, offset_us, data)`` a chunk
+``telemetry.store.fields.ImageRecord``'s fields), ``("c", run_id, seq, offset_us, data)`` a chunk
 sent, ``("x", run_id, fields)`` a run closed, where ``fields`` maps Run field names to str, int,
 bool, None, bytes, datetime, Decimal or JSON values.
 

@@ -9,8 +9,8 @@ from typing import Any
 from django.db import IntegrityError
 
 from telemetry.models import Run, RunChunk
+from telemetry.store.fields import RunFields
 from telemetry.store.items import ChunkSent
-from telemetry.store.records import RunFields
 
 
 def write_rows(

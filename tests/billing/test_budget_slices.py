@@ -17,13 +17,13 @@ from django.db.models import Max, Sum
 
 from billing.budgets import Budget
 from billing.costs import Prices
+from billing.ledger.entries import HoldRequest, Settlement
 from billing.models import BudgetHold, BudgetSpend
-from billing.records import HoldRequest, Settlement
 from billing.services.ledger import budget_holds, budget_holds_reconcile, budget_holds_settle
 from billing.services.slices import SLICE_IDLE_SECONDS, SWEEP_SECONDS
 from telemetry.models import Run
-from telemetry.records import BudgetDraw
 from telemetry.store.batches import write_batch
+from telemetry.store.draws import BudgetDraw
 from telemetry.store.items import RunClosed, RunOpened
 from tests.conftest import _server_env, wait_for_run
 from tests.support.budgets import (

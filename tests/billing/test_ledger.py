@@ -10,8 +10,8 @@ import pytest
 
 from billing.budgets import Budget, period_start, resets_at
 from billing.costs import Prices
+from billing.ledger.entries import Held, HoldRequest, Settlement
 from billing.models import BudgetHold, BudgetSpend
-from billing.records import Held, HoldRequest, Settlement
 from billing.selectors import budget_standing
 from billing.services.holds import HeldBudget
 from billing.services.ledger import budget_hold, budget_holds, budget_holds_settle

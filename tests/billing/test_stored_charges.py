@@ -14,8 +14,8 @@ import pytest
 from accounts.models import Organization
 from billing.budgets import Budget
 from billing.costs import Prices
+from billing.ledger.entries import Settlement
 from billing.models import BudgetHold, BudgetSpend
-from billing.records import Settlement
 from billing.services.ledger import budget_hold, budget_holds_settle
 from telemetry.models import Run
 from telemetry.store.batches import write_batch

@@ -15,8 +15,8 @@ from django.test import Client
 from accounts.models import Organization
 from telemetry.models import Image, Run, RunImage
 from telemetry.store.batches import write_batch
+from telemetry.store.fields import ImageRecord, RunFields
 from telemetry.store.items import RunOpened
-from telemetry.store.records import ImageRecord, RunFields
 from tests.support.images import data_url, image_bytes
 
 pytestmark = pytest.mark.django_db

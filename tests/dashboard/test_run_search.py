@@ -19,8 +19,8 @@ from gateway.generation.reply import Generation
 from telemetry.models import Run
 from telemetry.recording import Decided, RunRecorder
 from telemetry.store.batches import write_batch
+from telemetry.store.fields import RunFields
 from telemetry.store.items import RunClosed, RunOpened
-from telemetry.store.records import RunFields
 from telemetry.store.search_text import PROMPT_TEXT_LIMIT, capped, prompt_text
 from tests.support.runs import query_plan
 

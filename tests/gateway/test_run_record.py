@@ -25,8 +25,8 @@ from gateway.pipeline.record import RunRecord, run_fields
 from gateway.pipeline.surface import CHAT_COMPLETIONS
 from telemetry.models import Run
 from telemetry.recording import RunRecorder
-from telemetry.records import BudgetDraw
 from telemetry.store.batches import write_batch
+from telemetry.store.draws import BudgetDraw
 from telemetry.store.items import WriterItem
 from telemetry.store.writer import RunWriter
 

@@ -23,9 +23,9 @@ from PIL import Image as PillowImage
 
 from gateway.models import CatalogModel, Deployment
 from gateway.tokens import default_counter
-from telemetry.images import body_with_images
 from telemetry.models import Image, Run, RunImage
 from telemetry.store.images import BASE64_REFERENCE_PREFIX, REFERENCE_PREFIX
+from telemetry.stored_bodies import body_with_images
 from tests.conftest import Tenant, stored_bytes, wait_for_run
 from tests.support.images import (
     data_url,

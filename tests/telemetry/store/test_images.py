@@ -12,15 +12,15 @@ import orjson
 import pytest
 
 from accounts.models import Organization
-from telemetry.images import body_with_images
 from telemetry.models import Image, Run, RunImage
 from telemetry.recording import Decided, RunRecorder
 from telemetry.services.retention import PurgeCounts, organization_runs_purge
 from telemetry.store.batches import write_batch
+from telemetry.store.fields import ImageRecord, RunFields
 from telemetry.store.images import REFERENCE_PREFIX
 from telemetry.store.items import RunClosed, RunOpened, WriterItem, decode_row, encode_row
-from telemetry.store.records import ImageRecord, RunFields
 from telemetry.store.writer import RunWriter
+from telemetry.stored_bodies import body_with_images
 from tests.conftest import Tenant
 from tests.support.images import data_url, image_bytes
 

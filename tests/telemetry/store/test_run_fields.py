@@ -1,4 +1,4 @@
-"""The typed run record (`telemetry.store.records`) names real columns of the run table, with their
+"""The typed run record (`telemetry.store.fields`) names real columns of the run table, with their
 nullability, so what the request path notes is what the writer can store."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import types
 import typing
 
 from telemetry.models import Run
-from telemetry.store.records import RunFields, RunOutcome
+from telemetry.store.fields import RunFields, RunOutcome
 
 COLUMNS = {field.attname: field for field in Run._meta.concrete_fields}
 

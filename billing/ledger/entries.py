@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 from billing.budgets import Budget
 from billing.costs import PER_MILLION, Prices
-from telemetry.records import BudgetDraw
+from telemetry.store.draws import BudgetDraw
 
 
 @dataclass(frozen=True)
