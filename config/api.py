@@ -15,6 +15,7 @@ import logging
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern
@@ -37,8 +38,8 @@ from core.http.openapi import add_components
 from core.http.requests import ApiRequest
 from core.http.responses import DeferredResponse, error_response
 from core.http.routes import ApiRouter, Mount, api_routes, prefix_envelopes
-from gateway.anthropic.api import router as messages_router
 from gateway.api import router as gateway_router
+from gateway.surfaces import surfaces_load
 from mortar import __version__
 from replay.api import router as replay_router
 from telemetry.api import router as telemetry_router
@@ -94,8 +95,13 @@ api = MortarApi(
     # No validator badge fetched from swagger.io: the docs work offline.
     docs=MortarSwagger(settings={"validatorUrl": None}),
 )
+for loaded in surfaces_load():
+    # Each surface's routes under its own path: an unknown sub-path of it answers in its
+    # envelope.
+    if not loaded.surface.path.startswith(API_PREFIX):
+        raise ImproperlyConfigured(f"The surface {loaded.surface.name} is not under {API_PREFIX}.")
+    api.mount(loaded.surface.path.removeprefix(API_PREFIX.rstrip("/")), loaded.router)
 api.mount("/", gateway_router)
-api.mount("/messages", messages_router)
 api.mount("/telemetry", telemetry_router)
 api.mount("/", replay_router)
 

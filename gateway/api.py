@@ -1,6 +1,6 @@
-"""The gateway's operations under /v1/ in Mortar's envelope: chat completions, re-runs, Stop,
-the model list and the budgets. The Messages operations are Anthropic's, in
-`gateway.anthropic.api`.
+"""The gateway's operations under /v1/ beside its surfaces, in Mortar's envelope: re-runs, Stop,
+the model list and the budgets. The surfaces' own routes (chat completions, Messages) are in
+their packages, `gateway.surfaces`.
 
 Thin: each authenticates with the operation's auth, calls one function, and returns its
 response; the API's dispatch (`core.http.dispatch`) calls them. What each accepts and answers
@@ -22,37 +22,18 @@ from core.ids import is_run_id
 from gateway.catalog.selectors import model_list
 from gateway.contract.docs import (
     BUDGET_RESPONSES,
-    CHAT_COMPLETION_DOCS,
-    CHAT_COMPLETION_RESPONSES,
     MODELS_RESPONSES,
     STOP_DOCS,
     STOP_RESPONSES,
 )
 from gateway.contract.rerun import RERUN_DOCS, RERUN_RESPONSES
 from gateway.coordination.stop import live_generations
-from gateway.pipeline import chat_completion
-from gateway.pipeline.surface import CHAT_COMPLETIONS
 from gateway.reruns import rerun
 
-router = ApiRouter(auth=api_key_auth(), envelope=CHAT_COMPLETIONS.envelope)
+router = ApiRouter(auth=api_key_auth())
 
 
-# The view reads the body itself (no ninja body parameter): the pipeline records a refused body
-# as a run, after auth and the 413 limit, before validation.
-@router.post(
-    "/chat/completions",
-    operation_id="create_chat_completion",
-    tags=["Chat completions"],
-    summary="Create a chat completion",
-    response=CHAT_COMPLETION_RESPONSES,
-    openapi_extra=CHAT_COMPLETION_DOCS,
-)
-async def create_chat_completion(request: ApiRequest) -> HttpResponseBase:
-    """Create a chat completion: one JSON object, or a stream of server-sent events."""
-    return await chat_completion(request, key_of(request))
-
-
-# Like the completion, the view reads the body (the overrides) itself: it is merged into the
+# Like a completion's, the view reads the body (the overrides) itself: it is merged into the
 # stored request, and the merged body is what is validated.
 @router.post(
     "/chat/completions/runs/{run_id}/rerun",

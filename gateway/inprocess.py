@@ -1,8 +1,8 @@
 """Requests Mortar makes of itself for a key it already holds: the API's re-runs and the
 dashboard's playground and re-runs.
 
-They enter the pipeline where an authenticated request does (`completion_for_key`), as an
-`ApiRequest` built here: the same steps, run store, budgets, limits and telemetry as a client's
+They enter the pipeline where an authenticated request does (`complete`), as an `ApiRequest`
+built here: the same steps, run store, budgets, limits and telemetry as a client's
 request, and no loopback HTTP call — staff choose a key, but never know its secret (keys are
 stored hashed).
 """
@@ -16,8 +16,8 @@ from django.http import HttpResponse
 from accounts.models import ApiKey
 from core.http.requests import ApiRequest, RequestHeaders
 from core.http.responses import EventStreamResponse
-from gateway.pipeline import completion_for_key
-from gateway.pipeline.surface import Surface
+from gateway.contract.surface import Surface
+from gateway.pipeline import complete
 
 
 def internal_request(
@@ -49,7 +49,7 @@ async def send_for_key(
     """Send `body` as `key` (its organization loaded), through the whole pipeline: the answer a
     client would get, and a run stored like any other."""
     request = internal_request(surface=surface, body=body, headers=headers, request_id=request_id)
-    return await completion_for_key(request, key, surface, rerun_of=rerun_of)
+    return await complete(request, key, surface, rerun_of=rerun_of)
 
 
 async def drained(response: HttpResponse | EventStreamResponse) -> None:

@@ -22,12 +22,13 @@ from django.http import HttpResponse
 
 from accounts.models import ApiKey, Organization
 from core.db import database_read
-from core.errors import InvalidJson, RunGone
 from core.http.responses import EventStreamResponse
 from core.ids import is_run_id
+from gateway.contract.surface import Surface, surface_of_run
 from gateway.contract.validation import parse_json_body
+from gateway.errors import InvalidJson
 from gateway.inprocess import send_for_key
-from gateway.pipeline.surface import Surface, surface_of_run
+from telemetry.errors import RunGone
 from telemetry.models import Run
 from telemetry.stored_bodies import stored_body_as_received
 
@@ -67,7 +68,10 @@ async def rerun_source(run_id: str, organization: Organization) -> RerunSource:
             f"Run {run_id} has no request to send again: Mortar kept {kept} of it.",
             code="request_not_kept",
         )
-    return RerunSource(run_id=run_id, surface=surface_of_run(run_id), body=body)
+    surface = surface_of_run(run_id)
+    if surface is None:  # stored by no surface Mortar serves now
+        raise run_gone(run_id)
+    return RerunSource(run_id=run_id, surface=surface, body=body)
 
 
 async def _stored_request(run_id: str, organization_id: int) -> tuple[bytes | None, bool] | None:

@@ -13,7 +13,7 @@ from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
 from ninja import P, PathEx
 
 from accounts.auth import api_key_auth, key_of
-from core.errors import InvalidParameter, RunGone
+from core.errors import InvalidParameter
 from core.http.envelopes import ErrorEnvelope
 from core.http.openapi import (
     SchemaRef,
@@ -25,14 +25,15 @@ from core.http.openapi import (
 from core.http.requests import ApiRequest
 from core.http.routes import ApiRouter
 from core.ids import is_run_id
-from gateway.anthropic.docs import STREAM_EVENT_NAMES
-from gateway.anthropic.envelope import AnthropicErrorEnvelope
-from gateway.anthropic.response import Message, StreamEventData
 from gateway.contract.docs import CHUNK_DATA
 from gateway.contract.response import ChatCompletion
+from gateway.surfaces.messages.docs import STREAM_EVENT_NAMES
+from gateway.surfaces.messages.envelope import AnthropicErrorEnvelope
+from gateway.surfaces.messages.response import Message, StreamEventData
 from replay.envelope import FLAT_ENVELOPE
 from replay.selectors import chunks_after, read_from, replayable_run
 from replay.streaming import replay_events
+from telemetry.errors import RunGone
 from telemetry.models import Run
 
 router = ApiRouter(auth=api_key_auth(), envelope=FLAT_ENVELOPE)

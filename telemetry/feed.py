@@ -31,8 +31,9 @@ import orjson
 from django.conf import settings
 
 from core.backplane import Backplane, backplane, entry_position
-from core.errors import BackendUnavailable, TooManyStreams
+from core.errors import BackendUnavailable
 from core.loops import PerLoop
+from telemetry.errors import TooManyStreams
 from telemetry.events import STREAM_MAXLEN, Event, stream_name
 
 logger = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """The Prometheus metrics of a Mortar process, and recording them once per request.
 
-Every metric is recorded at one seam: when a run closes (`RunRecorder.close`), from the run's
+Every metric is recorded at one seam: when a run closes (`RunSink.closed`), from the run's
 own fields — its route, model, HTTP status, duration, time to first token, usage and cost. Only
 the inflight gauge moves when a run opens, the upstream errors count where a model server
 fails, and the writer's gauges are set by the writer's loop once per batch. Nothing is
@@ -29,13 +29,6 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 from django.db import DatabaseError
 
-from core.errors import (
-    UpstreamError,
-    UpstreamOverloaded,
-    UpstreamRateLimited,
-    UpstreamTimeout,
-    UpstreamUnavailable,
-)
 from telemetry.metrics_dir import use_metrics_dir
 from telemetry.store.fields import RunFields
 
@@ -52,19 +45,6 @@ TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30)
 M = TypeVar("M", "Counter", "Histogram")
 
 TOKEN_KINDS = ("prompt", "completion", "cached")
-# Every code a model server's failure is counted under (a refusal's is `upstream_error`).
-UPSTREAM_ERROR_CODES = tuple(
-    dict.fromkeys(
-        error.code
-        for error in (
-            UpstreamError,
-            UpstreamUnavailable,
-            UpstreamTimeout,
-            UpstreamOverloaded,
-            UpstreamRateLimited,
-        )
-    )
-)
 
 
 class Labelled(Generic[M]):
@@ -202,6 +182,8 @@ class KnownLabels:
 
     models: Sequence[str]
     deployments: Sequence[str]  # those that forward to model servers
+    # Every code a model server's failure is counted under, for each of those deployments.
+    upstream_error_codes: Sequence[str] = ()
 
 
 _label_sources: list[Callable[[], KnownLabels]] = []
@@ -228,7 +210,7 @@ def expose_known_labels() -> None:
             for kind in TOKEN_KINDS:
                 m.tokens(model, kind)
         for deployment in known.deployments:
-            for code in UPSTREAM_ERROR_CODES:
+            for code in known.upstream_error_codes:
                 m.upstream_errors(deployment, code)
 
 

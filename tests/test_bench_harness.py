@@ -200,7 +200,7 @@ def test_a_profile_is_summed_up_by_where_its_working_samples_go(tmp_path: Path) 
     profile.write_text(
         "run (uvicorn/server.py:1);relay_chunks (gateway/relay/stream.py:10) 60\n"
         "run (uvicorn/server.py:1);relay_chunks (gateway/relay/stream.py:10);"
-        "MessageStream.feed (gateway/anthropic/translate/stream.py:80) 30\n"
+        "MessageStream.feed (gateway/surfaces/messages/translate/stream.py:80) 30\n"
         "_worker (concurrent/futures/thread.py:81) 10\n"
     )
 

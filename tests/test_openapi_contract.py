@@ -30,8 +30,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from gateway.anthropic.examples import MESSAGES_REQUESTS
 from gateway.contract.examples import CHAT_REQUESTS
+from gateway.surfaces.messages.examples import MESSAGES_REQUESTS
 from tests.conftest import Tenant
 from tests.support.servers import ServerProcess
 

@@ -62,7 +62,7 @@ CATEGORIES = [
     ("prompt optimizer (shadow)", r"gateway/optimizer/"),
     (
         "Messages: Anthropic's shapes in and out (validation, translation)",
-        r"gateway/anthropic/(?!api\.py)",
+        r"gateway/surfaces/messages/(?!api\.py)",
     ),
     (
         "validation + body parsing",
@@ -91,7 +91,7 @@ CATEGORIES = [
     # frames sit under every pipeline step; what the steps themselves cost is the pipeline's.
     (
         "request pipeline (the operation's steps: auth, accept, plan, finish)",
-        r"gateway/pipeline/|gateway/api\.py|gateway/anthropic/api\.py|accounts/auth\.py"
+        r"gateway/pipeline/|gateway/api\.py|gateway/surfaces/messages/api\.py|accounts/auth\.py"
         r"|gateway/catalog/|core/lookups\.py"
         r"|gateway/pipeline\.py",
     ),

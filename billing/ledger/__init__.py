@@ -42,8 +42,8 @@ from typing import Protocol
 from django.db import connection
 
 from billing.costs import to_micro
+from billing.errors import InsufficientQuota
 from billing.ledger.entries import Held, HoldRequest, Settlement
-from core.errors import InsufficientQuota
 
 
 class Ledger(Protocol):

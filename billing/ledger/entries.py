@@ -35,12 +35,13 @@ class HoldRequest:
 
 
 class Settlement(NamedTuple):
-    """One run's hold to settle: what it is charged, and the draw it took from its worker's
-    slice, which its row's insert may not have taken yet. (A tuple: one is made as each
-    response ends, and a frozen dataclass's `__init__` costs three times as much.)"""
+    """One run's hold to settle: what its close charged it (the ledger takes that as decided,
+    and refuses a charge outside the hold), and the draw it took from its worker's slice, which
+    its row's insert may not have taken yet. (A tuple: one is made as each response ends, and a
+    frozen dataclass's `__init__` costs three times as much.)"""
 
     run_id: str
-    cost: Decimal
+    charged_usd: Decimal
     draw: BudgetDraw | None = None
 
 

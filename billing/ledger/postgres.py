@@ -23,10 +23,10 @@ from psycopg.types.json import Jsonb
 
 from billing.budgets import Budget, period_start
 from billing.costs import to_micro
+from billing.errors import InsufficientQuota
 from billing.ledger import refusal
 from billing.ledger.entries import Held, HoldRequest, Settlement
 from billing.models import BudgetSpend
-from core.errors import InsufficientQuota
 
 
 @contextmanager
@@ -123,10 +123,10 @@ class PostgresLedger:
 
 
 def _settle_items(settlements: Sequence[Settlement]) -> Jsonb:
-    """`mortar_budget_settle`'s argument: each run's cost, and its draw from a slice if any."""
+    """`mortar_budget_settle`'s argument: each run's charge, and its draw from a slice if any."""
     items: list[dict[str, str]] = []
     for settlement in settlements:
-        item = {"run_id": settlement.run_id, "cost": str(settlement.cost)}
+        item = {"run_id": settlement.run_id, "charged": str(settlement.charged_usd)}
         draw = settlement.draw
         if draw is not None:
             item["slice_id"] = draw.slice_id

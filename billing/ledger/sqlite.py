@@ -1,10 +1,10 @@
 """The ledger on SQLite (the embedded mode, one process): the SQL functions beside this module
 (`sql/`), in Python.
 
-The same steps and the same arithmetic as `mortar_budget_hold` and `mortar_budget_settle`, so
-the ledger's tests hold on both databases. SQLite has no row locks: a process-wide lock
-serializes the ledger's transactions (the embedded mode is one process). No slices: on SQLite
-a worker holds every request from the ledger itself.
+The same steps, the same arithmetic and the same checks as `mortar_budget_hold` and
+`mortar_budget_settle`, so the ledger's tests hold on both databases. SQLite has no row locks:
+a process-wide lock serializes the ledger's transactions (the embedded mode is one process). No
+slices: on SQLite a worker holds every request from the ledger itself.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from django.db import transaction
 
 from billing.budgets import Budget, period_start
 from billing.costs import to_micro
+from billing.errors import InsufficientQuota
 from billing.ledger import refusal
 from billing.ledger.entries import Held, HoldRequest, Settlement
 from billing.ledger.rows import hold_settle
 from billing.models import BudgetHold, BudgetSpend
-from core.errors import InsufficientQuota
 
 _lock = threading.Lock()
 
@@ -104,7 +104,7 @@ class SqliteLedger:
                 run_id = settlement.run_id
                 hold = BudgetHold.objects.select_for_update().filter(run_id=run_id).first()
                 if hold is not None:
-                    charged[run_id] = hold_settle(hold, settlement.cost)
+                    charged[run_id] = hold_settle(hold, settlement.charged_usd)
         return charged
 
     def settle_batch(self, settlements: Sequence[Settlement]) -> int:

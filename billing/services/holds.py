@@ -33,6 +33,7 @@ from django.db import DatabaseError
 from accounts.models import ApiKey
 from billing.budgets import budgets_for
 from billing.costs import Prices, charge_for
+from billing.errors import InsufficientQuota
 from billing.ledger import ledger
 from billing.ledger.entries import Held, HoldRequest, Settlement
 from billing.services.ledger import (
@@ -43,7 +44,7 @@ from billing.services.ledger import (
 )
 from billing.services.slices import BudgetSlices
 from core.db import database_call_on
-from core.errors import BackendUnavailable, InsufficientQuota
+from core.errors import BackendUnavailable
 from core.loops import PerLoop
 from telemetry.store.draws import BudgetDraw
 

@@ -10,12 +10,12 @@ from datetime import datetime
 from decimal import Decimal
 
 from billing.budgets import Budget
-from billing.costs import Prices
+from billing.costs import Prices, charge_for
+from billing.errors import InsufficientQuota
 from billing.ledger import ledger
 from billing.ledger.entries import Held, HoldRequest, Settlement
 from billing.ledger.rows import hold_settle
 from billing.models import BudgetHold
-from core.errors import InsufficientQuota
 from telemetry.models import Run
 
 # How many expired holds one reconciliation pass settles at most (the next pass does the rest).
@@ -56,9 +56,10 @@ def budget_slice_release(slice_id: str, amount: Decimal) -> None:
 
 
 def budget_holds_settle(settlements: Sequence[Settlement]) -> dict[str, Decimal]:
-    """Charge runs their costs and release the rest of their holds, all at once (one
-    transaction, or the caller's); return what was charged, by run. A run with no hold left
-    (never held, or settled already: settling is safe to repeat) is not in the answer."""
+    """Charge runs what their closes decided and release the rest of their holds, all at once
+    (one transaction, or the caller's); return what was charged, by run. A run with no hold
+    left (never held, or settled already: settling is safe to repeat) is not in the answer; a
+    charge outside its hold refuses the whole batch (IntegrityError)."""
     if not settlements:
         return {}
     return ledger().settle(settlements)
@@ -111,7 +112,9 @@ def budget_holds_reconcile(*, now: datetime) -> int:
                 # nothing is held, and the run's own charge stands.
                 hold.delete()
                 continue
-            charged = hold_settle(hold, _reconciled_cost(run_id, hold))
+            # Its run's close never settled it (its worker died): the charge is decided here.
+            cost = _reconciled_cost(run_id, hold)
+            charged = hold_settle(hold, charge_for(cost, hold.amount_usd))
             Run.objects.filter(id=run_id).update(held_usd=hold.amount_usd, charged_usd=charged)
             settled += 1
     return settled

@@ -6,7 +6,7 @@ The check takes one request and the prompt's tokens from every limit that is set
 process's own limiter in the embedded mode); when the request ends its real usage is counted
 (`count_usage`: the completion, and the model server's prompt count where it differs).
 Over a limit → 429 `rate_limit_exceeded` with `Retry-After`; the `x-ratelimit-*` headers go on
-every response of a limited request, refused or not (`Limited.headers`).
+every response of a limited request, refused or not (`RateLimitCheck.headers`).
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from accounts.models import ApiKey, Organization
+from billing.errors import RateLimitExceeded
 from core.backplane import backplane
 from core.derived import PerObject
-from core.errors import RateLimitExceeded
 from core.ratelimits import Bucket, BucketState, Verdict, reset_duration
 
 
 @dataclass(frozen=True)
-class Limited:
+class RateLimitCheck:
     """What the check decided: the buckets the request was checked against and where they
     stand, for the headers and for counting the usage when the request ends."""
 
@@ -96,10 +96,10 @@ def _owner_limits(owner: str, limits: Organization | ApiKey) -> list[Limit]:
 limits_of = PerObject(_limits_of)
 
 
-async def rate_limits_take(*, key: ApiKey, prompt_tokens: int) -> Limited | None:
+async def rate_limits_take(*, key: ApiKey, prompt_tokens: int) -> RateLimitCheck | None:
     """Take one request and its prompt's tokens from its organization's and key's limits, all
     or none: where they stand, admitted or not (`verdict.admitted`; the 429 is
-    `Limited.refusal`). Nothing is decided (None) when no limit is set, or when the limiter
+    `RateLimitCheck.refusal`). Nothing is decided (None) when no limit is set, or when the limiter
     cannot be reached: requests are admitted then rather than all refused."""
     limits = limits_of(key)
     if not limits:
@@ -111,10 +111,10 @@ async def rate_limits_take(*, key: ApiKey, prompt_tokens: int) -> Limited | None
     verdict = await backplane().rate_admit(buckets)
     if verdict is None:
         return None
-    return Limited(buckets=buckets, verdict=verdict)
+    return RateLimitCheck(buckets=buckets, verdict=verdict)
 
 
-def _which(limited: Limited) -> str:
+def _which(limited: RateLimitCheck) -> str:
     """The limits without room, in words: "requests per minute on the key (limit 2)"."""
     full = [
         bucket
@@ -133,13 +133,16 @@ def _lacks_room(bucket: Bucket, state: BucketState) -> bool:
     return state.remaining < min(bucket.cost, bucket.limit)
 
 
-def count_usage(limited: Limited, counted_prompt: int, usage: dict[str, Any]) -> None:
+def count_usage(limited: RateLimitCheck, counted_prompt: int, usage: dict[str, Any]) -> int:
     """Count a finished request's real usage against its token limits: the completion, and
-    the difference between the model server's prompt count and the one admitted."""
+    the difference between the model server's prompt count and the one admitted. Return the
+    tokens counted (0 when no tokens limit is set)."""
     prompt = usage.get("prompt_tokens")
     completion = usage.get("completion_tokens")
     extra = (prompt if isinstance(prompt, int) else counted_prompt) - counted_prompt
     extra += completion if isinstance(completion, int) else 0
     buckets = limited.token_buckets(extra)
-    if buckets and extra:
-        backplane().rate_count(buckets)
+    if not buckets or not extra:
+        return 0
+    backplane().rate_count(buckets)
+    return extra

@@ -44,8 +44,8 @@ from django.db import DatabaseError
 
 from billing.budgets import Budget, resets_at
 from billing.costs import MICRO, Prices, to_micro
+from billing.errors import InsufficientQuota
 from billing.ledger.entries import Held, HoldRequest
-from core.errors import InsufficientQuota
 from telemetry.store.draws import BudgetDraw
 
 logger = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from django.db.models.expressions import RawSQL
 
 from dashboard.selectors.images import body_as_received
 from dashboard.selectors.replies import Reply, reply_of
-from gateway.pipeline.surface import surface_of_run
+from gateway.contract.surface import surface_of_run
 from telemetry.models import Run, RunChunk
 
 PAGE_SIZE = 50
@@ -309,7 +309,10 @@ def run_curl(run: Run, *, base_url: str) -> str | None:
     if received is None:
         return None
     body = received.decode("utf-8", "replace")
-    route = surface_of_run(run.pk).path  # the route the run came in on
+    surface = surface_of_run(run.pk)  # the route the run came in on
+    if surface is None:
+        return None
+    route = surface.path
     lines = [
         f"curl -N {shlex.quote(base_url.rstrip('/') + route)}",
         '-H "Authorization: Bearer $MORTAR_API_KEY"',

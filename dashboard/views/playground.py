@@ -13,7 +13,7 @@ from dashboard.selectors.sending import active_key, active_key_choices, servable
 from dashboard.sending_forms import PlaygroundForm
 from dashboard.views import access, admin_required
 from gateway.inprocess import send_for_key
-from gateway.pipeline.surface import CHAT_COMPLETIONS
+from gateway.surfaces.chat import SURFACE as CHAT_COMPLETIONS
 
 
 def _form(managed: frozenset[int] | None, data: dict[str, str] | None = None) -> PlaygroundForm:

@@ -12,7 +12,6 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 
-from core.errors import RunGone
 from core.http.requests import request_id_from
 from dashboard.access import Access
 from dashboard.selectors.compare import run_comparison
@@ -23,6 +22,7 @@ from dashboard.sending_forms import RerunForm
 from dashboard.views import access, admin_required, member_required, seen_or_404
 from gateway.inprocess import drained
 from gateway.reruns import rerun_send, rerun_source
+from telemetry.errors import RunGone
 from telemetry.models import Run
 
 # How long the page waits for the re-run's outcome to be stored before showing the comparison

@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.conf import settings
 
 from core.db import database_read
-from core.errors import ModelNotAvailable, ModelNotFound
 from core.lookups import lookup_cache
+from gateway.errors import ModelNotAvailable, ModelNotFound
 from gateway.models import CatalogModel
 
 

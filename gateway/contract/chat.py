@@ -28,9 +28,10 @@ class ChatRequest:
     # index, as sent: `messages` has their text joined, as for any model; for a model with
     # vision, `gateway.contract.images.vision_images` checks them and puts them back.
     image_parts: dict[int, list[AnyPart]] = field(default_factory=dict)
-    # Set by the Messages surface (`gateway.anthropic.validation`), which chat fields can't say:
-    # its `thinking` switch (forwarded as vLLM's `chat_template_kwargs.enable_thinking`), and
-    # whether it held images (refused for a model without vision, not dropped).
+    # Set by the Messages surface (`gateway.surfaces.messages.validation`), which chat fields
+    # can't say: its `thinking` switch (forwarded as vLLM's
+    # `chat_template_kwargs.enable_thinking`), and whether it held images (refused for a model
+    # without vision, not dropped).
     enable_thinking: bool | None = None
     has_images: bool = False
     # The body as the client sent it, decoded: a deployment's extra fields (vLLM's `top_k`, …)

@@ -20,16 +20,10 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from core.errors import (
-    InvalidImage,
-    InvalidParameter,
-    InvalidRequest,
-    InvalidRole,
-    InvalidToolChoice,
-    InvalidTools,
-)
+from core.errors import InvalidParameter, InvalidRequest
 from gateway.contract.messages import MAX_TOOL_CALLS
 from gateway.contract.request import MAX_STOP_SEQUENCES
+from gateway.errors import InvalidImage, InvalidRole, InvalidToolChoice, InvalidTools
 
 # The request's fields in the order they are checked.
 PRECEDENCE = (
@@ -213,7 +207,8 @@ def refusal_from(
     rank: dict[str, int],
 ) -> InvalidRequest:
     """The refusal of the first refused field (by its top-level field's `rank`), from a table
-    written like `REFUSALS` (the Messages route has its own: `gateway.anthropic.refusals`)."""
+    written like `REFUSALS` (the Messages route has its own:
+    `gateway.surfaces.messages.refusals`)."""
 
     def first(error: ErrorDetails) -> int:
         loc = error["loc"]

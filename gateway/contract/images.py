@@ -29,9 +29,9 @@ from typing import Any, TypeGuard
 
 from PIL import Image
 
-from core.errors import InvalidImage
 from gateway.contract.chat import ChatRequest
 from gateway.contract.messages import AnyPart, ImagePart, TextPart
+from gateway.errors import InvalidImage
 
 # media type -> Pillow's format name
 MEDIA_TYPES = {

@@ -1,8 +1,8 @@
 """What the gateway's operations answer, declared for /v1/openapi.json.
 
-The relay encodes its bytes itself (`gateway.relay.chunks`), in exactly these shapes (OpenAI's
-chat completion object and chunk object). Where a model server's own fields pass
-through (usage details, delta fields), the objects allow more fields than are listed.
+The chat surface encodes its bytes itself (`gateway.surfaces.chat.chunks`), in exactly these
+shapes (OpenAI's chat completion object and chunk object). Where a model server's own fields
+pass through (usage details, delta fields), the objects allow more fields than are listed.
 """
 
 from __future__ import annotations

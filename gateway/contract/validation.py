@@ -16,11 +16,11 @@ from typing import Any, TypeGuard, cast
 import orjson
 from pydantic import ValidationError
 
-from core.errors import InvalidJson
 from gateway.contract.chat import ChatRequest
 from gateway.contract.errors import refusal_for
 from gateway.contract.messages import ROLE_ALIASES, AnyPart, Content, Message, TextPart
 from gateway.contract.request import Tool, chat_request_schema
+from gateway.errors import InvalidJson
 
 # The fields passed to a model server as they were sent, in this order.
 SAMPLING_FIELDS = (

@@ -26,15 +26,12 @@ import orjson
 from django.http import HttpResponse
 
 from core.backplane import Backplane, backplane
-from core.errors import (
-    BackendUnavailable,
-    IdempotencyConflict,
-    InvalidParameter,
-    UpstreamError,
-)
+from core.errors import BackendUnavailable, InvalidParameter
 from core.http.envelopes import Envelope
 from core.http.requests import ApiRequest
 from core.loops import PerLoop
+from gateway.errors import IdempotencyConflict
+from gateway.upstream.errors import UpstreamError
 
 logger = logging.getLogger(__name__)
 

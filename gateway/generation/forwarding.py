@@ -24,13 +24,18 @@ from typing import Any
 
 import orjson
 
-from core.errors import UpstreamError, UpstreamRejected, UpstreamTimeout, UpstreamUnavailable
 from core.tracing import step
 from gateway.contract.chat import ChatRequest
 from gateway.generation.reply import REASONING_FIELDS, Delta, Deltas, Generation
 from gateway.models import Deployment
 from gateway.tokens import TokenCounter
 from gateway.upstream.client import ReplicaConfig, UpstreamStream, open_stream
+from gateway.upstream.errors import (
+    UpstreamError,
+    UpstreamRejected,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
 from gateway.upstream.replicas import replica_health, route_session
 from telemetry.metrics import upstream_failed
 

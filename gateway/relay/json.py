@@ -65,31 +65,32 @@ async def json_response(relay: Relay) -> HttpResponse:
     try:
         with CancelOnStop(relay.stop) as stopping, step("relay"):
             async for _ in relay.deltas:
-                relay.recorder.mark_first_token()
+                relay.run.first_token()
         if stopping.stopped:
             # What was generated so far, with finish_reason "stopped" (docs/api/runs.md).
             status = Run.Status.STOPPED
             relay.generation.finish_reason = STOPPED_FINISH_REASON
-        body = relay.rendering.body(relay.generation, relay.usage()[0])
+        usage = relay.usage()
+        body = relay.rendering.body(relay.generation, usage.counts)
         # Closed before the awaits below: a client that leaves during them must not leave the
         # run in progress.
-        relay.recorder.chunk(body)
-        relay.close_run(status, http_status=200)
-        await relay.record.settled()
+        relay.run.chunk(body)
+        relay.close_run(status, http_status=200, usage=usage)
+        await relay.run.settled()
         return HttpResponse(body, content_type="application/json", headers=relay.headers)
     except asyncio.CancelledError:
         relay.close_run(Run.Status.CANCELLED, http_status=499, error_code="client_disconnected")
         raise
     except MortarError as error:
         response = error_response(error, relay.headers, envelope=relay.envelope)
-        relay.recorder.chunk(response.content)
+        relay.run.chunk(response.content)
         relay.close_run(
             Run.Status.FAILED,
             http_status=error.status,
             error_code=error.code,
             error_message=error.message,
         )
-        await relay.record.settled()
+        await relay.run.settled()
         return response
     finally:
         await relay.deltas.aclose()

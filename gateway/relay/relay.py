@@ -1,28 +1,22 @@
 """One generation on its way to the client: what produces it, how it is rendered and recorded,
-and how its run is closed — with its usage, the source of that usage, and its cost."""
+and the outcome its run is closed with — the usage behind the reply and where it came from."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from typing import Any
 
-from billing.costs import cached_tokens_of, usage_cost
-from billing.services.ratelimits import count_usage
-from core.errors import UpstreamError
 from core.flags import Flag
 from core.http.envelopes import Envelope
+from gateway.contract.surface import Rendering
 from gateway.generation.reply import Deltas, Generation
-from gateway.relay.rendering import Rendering
+from gateway.runs.run import Outcome, RunInFlight, Usage
 from gateway.upstream.counting import UsageCounting, count_in_background, usage_counted
+from gateway.upstream.errors import UpstreamError
 from telemetry.models import Run
-from telemetry.recording import RunRecorder
-from telemetry.store.fields import RunOutcome
 from telemetry.store.search_text import REPLY_TEXT_LIMIT, capped
-
-if TYPE_CHECKING:  # the pipeline makes relays; only its record's type is needed here
-    from gateway.pipeline.record import RunRecord
 
 logger = logging.getLogger(__name__)
 
@@ -43,8 +37,10 @@ class Relay:
     generation: Generation
     # The bytes of the reply, in the dialect of the surface that asked (chat or Messages).
     rendering: Rendering
-    # The request's run: its plan (prompt, prices, limits), its recorder, and its hold.
-    record: RunRecord
+    # The request's run: every chunk sent is recorded on it, and it is closed once.
+    run: RunInFlight
+    # The prompt's tokens as Mortar counted them: the estimate's, when no model server counts.
+    prompt_tokens: int
     headers: dict[str, str]
     # Set when someone presses Stop (gateway/coordination/stop.py); `release` unregisters
     # the generation (idempotent).
@@ -56,17 +52,11 @@ class Relay:
     # How to have the model server count the reply when it reports no usage (the deployment's
     # `usage_count`); None: Mortar's estimate.
     counting: UsageCounting | None = None
-    # The run's close waits for the model server's count (`close_run`).
-    counting_usage: bool = False
-
-    @property
-    def recorder(self) -> RunRecorder:
-        return self.record.recorder
 
     @property
     def envelope(self) -> Envelope:
         """The envelope of an error, as the surface's route writes it."""
-        return self.record.plan.surface.envelope
+        return self.run.accepted.surface.envelope
 
     def reported_usage(self) -> dict[str, Any] | None:
         """The model server's own counts, when it sent them and they cover the reply."""
@@ -80,113 +70,83 @@ class Relay:
             return reported
         return None
 
-    def usage(self) -> tuple[dict[str, Any], str]:
-        """The usage to report and its source: the model server's own counts when it sent
-        them (details passed through unchanged), else Mortar's estimate."""
+    def usage(self) -> Usage:
+        """The usage behind the reply: the model server's own counts when it sent them
+        (details passed through unchanged), else Mortar's estimate."""
         reported = self.reported_usage()
         if reported is not None:
-            return reported, Run.UsageSource.UPSTREAM
-        completion = self.generation.own_completion_tokens()
-        prompt = self.record.plan.prompt_tokens
-        estimate = {
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-        }
-        return estimate, Run.UsageSource.ESTIMATE
+            return Usage(reported, Run.UsageSource.UPSTREAM)
+        return Usage.estimate(self.prompt_tokens, self.generation.own_completion_tokens())
 
     def close_run(
-        self, status: str, *, http_status: int, error_code: str = "", error_message: str = ""
+        self,
+        status: str,
+        *,
+        http_status: int,
+        error_code: str = "",
+        error_message: str = "",
+        usage: Usage | None = None,
     ) -> None:
-        """Close the run with its usage and what that usage cost (its hold charged with it),
-        and count the usage against the request's rate limits; only the first close counts.
+        """Close the run with the reply's outcome and usage — `usage` when the reply was
+        rendered with it, else `usage()` — (only its first close counts).
 
         A reply the model server reported no usage for, on a deployment that has it counted,
         is closed once the count is in: after the response, in the background.
         """
-        if self.recorder.closed or self.counting_usage:
+        run = self.run
+        if run.closing:
             return
         if status == Run.Status.STOPPED and not error_code and self.stop is not None:
             # Stopped by the worker itself (its shutdown grace ran out), not by a person.
             error_code = self.stop.reason
+        outcome = Outcome(
+            status,
+            http_status=http_status,
+            finish_reason=self.generation.finish_reason,
+            error_code=error_code,
+            error_message=error_message,
+            reply_text=capped(self.generation.searchable_text(), REPLY_TEXT_LIMIT),
+        )
         if (
             self.counting is not None
             and status in COUNTED_STATUSES
             and self.reported_usage() is None
         ):
-            self.counting_usage = True
-            count_in_background(
-                self._close_counted(
-                    self.counting,
-                    status,
-                    http_status=http_status,
-                    error_code=error_code,
-                    error_message=error_message,
-                )
-            )
+            closing = run.close_when(outcome, self._counted_usage(self.counting))
+            if closing is not None:
+                count_in_background(closing)
             return
-        self._close(status, *self.usage(), http_status, error_code, error_message)
+        run.close(replace(outcome, usage=usage or self.usage()))
 
-    async def _close_counted(
-        self,
-        counting: UsageCounting,
-        status: str,
-        *,
-        http_status: int,
-        error_code: str,
-        error_message: str,
-    ) -> None:
-        """Close the run with the model server's count of the reply, or Mortar's estimate when
-        the model server cannot give one."""
+    async def _counted_usage(self, counting: UsageCounting) -> Usage:
+        """The model server's count of the reply, or Mortar's estimate when the model server
+        cannot give one."""
         try:
             counted = await usage_counted(counting, self.generation.text())
         except UpstreamError as exc:
-            logger.warning("run %s: usage not counted upstream: %s", self.recorder.run_id, exc)
-            usage, source = self.usage()
+            logger.warning("run %s: usage not counted upstream: %s", self.run.run_id, exc)
+            return self.usage()
         except Exception:  # the run is closed whatever went wrong: never left in progress
-            logger.exception("run %s: counting its usage upstream failed", self.recorder.run_id)
-            usage, source = self.usage()
-        else:
-            usage, source = counted.usage(), Run.UsageSource.UPSTREAM_COUNT
-        self._close(status, usage, source, http_status, error_code, error_message)
-
-    def _close(
-        self,
-        status: str,
-        usage: dict[str, Any],
-        source: str,
-        http_status: int,
-        error_code: str,
-        error_message: str,
-    ) -> None:
-        plan = self.record.plan
-        if plan.rate_limits is not None:
-            count_usage(plan.rate_limits, plan.prompt_tokens, usage)
-        assert plan.model is not None
-        cost = usage_cost(usage, plan.model.prices)
-        outcome: RunOutcome = {
-            "http_status": http_status,
-            "error_code": error_code,
-            "error_message": error_message,
-            "finish_reason": self.generation.finish_reason
-            if status in (Run.Status.COMPLETED, Run.Status.STOPPED)
-            else "",
-            "prompt_tokens": usage["prompt_tokens"],
-            "completion_tokens": usage["completion_tokens"],
-            "total_tokens": usage.get("total_tokens", 0),
-            "cached_tokens": cached_tokens_of(usage),
-            "cost": cost,
-            "usage": usage,
-            "usage_source": source,
-            # Handed over as it is (a reference); the writer stores it, the search reads it.
-            "reply_text": capped(self.generation.searchable_text(), REPLY_TEXT_LIMIT),
-        }
-        self.record.close(status, **outcome)
+            logger.exception("run %s: counting its usage upstream failed", self.run.run_id)
+            return self.usage()
+        return Usage(counted.usage(), Run.UsageSource.UPSTREAM_COUNT)
 
     def end(self) -> None:
         """The generation is over: a stop for it is a 404 from now on."""
         if self.release is not None:
             self.release()
+
+
+def consumed_usage(generation: Generation, prompt_tokens: int) -> Usage | None:
+    """What a model server that failed before its first byte consumed, when it had the prompt:
+    its own usage when it reported one, else the prompt alone — billed like any usage (a model
+    server bills the prompt it processed, whether or not a reply came of it)."""
+    if not generation.prompt_consumed:
+        return None
+    reported = generation.upstream_usage
+    if reported is not None and isinstance(reported.get("prompt_tokens"), int):
+        return Usage(reported, Run.UsageSource.UPSTREAM)
+    return Usage.estimate(prompt_tokens, 0)
 
 
 def abandon(relay: Relay) -> None:

@@ -1,8 +1,8 @@
 """Relay a generation as server-sent events, recording every byte sent.
 
-The events are the surface's (`rendering.py`): for chat completions (OpenAI's) the
-role chunk, one chunk per piece, the finish chunk without `delta`, the usage chunk with empty
-`choices` when asked for, then `data: [DONE]`; for Messages, Anthropic's event sequence. An
+The events are the surface's (its `Rendering`): for chat completions (OpenAI's) the role chunk,
+one chunk per piece, the finish chunk without `delta`, the usage chunk with empty `choices`
+when asked for, then `data: [DONE]`; for Messages, Anthropic's event sequence. An
 error after the stream started is one event with the error envelope, and the stream closes
 with nothing after it (no `[DONE]`), so a client cannot take a broken reply for a whole one.
 """
@@ -14,11 +14,12 @@ import contextlib
 import logging
 from collections.abc import AsyncGenerator
 
-from core.errors import GenerationFailed, MortarError
+from core.errors import MortarError
 from core.http.responses import EventStreamResponse
 from core.tracing import span_started
 from gateway.relay.relay import STOPPED_FINISH_REASON, Relay, abandon
 from gateway.relay.watch import Signal, watch
+from gateway.upstream.errors import GenerationFailed
 from telemetry.models import Run
 
 logger = logging.getLogger(__name__)
@@ -35,11 +36,11 @@ async def sse_events(relay: Relay) -> AsyncGenerator[bytes, None]:
     """The stream's events, each recorded as one chunk. Events that are ready together (the
     model server often sends several chunks in one packet) go out in one write: a write per
     event was most of the kernel time of a fast stream."""
-    recorder, rendering = relay.recorder, relay.rendering
+    run, rendering = relay.run, relay.rendering
     ready: list[bytes] = []  # recorded, not yet handed on; empty at every wait
 
     def send(data: bytes) -> None:
-        recorder.chunk(data)
+        run.chunk(data)
         ready.append(data)
 
     def take() -> bytes:
@@ -69,7 +70,7 @@ async def sse_events(relay: Relay) -> AsyncGenerator[bytes, None]:
                 if delta is Signal.STOPPED:
                     stopped = True
                     break
-                recorder.mark_first_token()
+                run.first_token()
                 for event in rendering.delta(delta):
                     send(event)
         if stopped:
@@ -77,12 +78,15 @@ async def sse_events(relay: Relay) -> AsyncGenerator[bytes, None]:
             # stream as the surface ends a stopped one.
             await relay.deltas.aclose()
             relay.generation.finish_reason = STOPPED_FINISH_REASON
-        for event in rendering.closing(relay.generation, relay.usage()[0], stopped=stopped):
+        usage = relay.usage()
+        for event in rendering.closing(relay.generation, usage.counts, stopped=stopped):
             send(event)
         # Closed, and its hold settled, before the last events go: a client that sends its
         # next request as soon as this stream ends finds the budget settled.
-        relay.close_run(Run.Status.STOPPED if stopped else Run.Status.COMPLETED, http_status=200)
-        await relay.record.settled()
+        relay.close_run(
+            Run.Status.STOPPED if stopped else Run.Status.COMPLETED, http_status=200, usage=usage
+        )
+        await run.settled()
         yield take()
     except (asyncio.CancelledError, GeneratorExit):
         # The client went away (the endpoint cancels the response task, or closes this
@@ -91,17 +95,17 @@ async def sse_events(relay: Relay) -> AsyncGenerator[bytes, None]:
         raise
     except Exception as exc:
         if isinstance(exc, MortarError):
-            logger.warning("run %s failed mid-stream: %s", recorder.run_id, exc.message)
+            logger.warning("run %s failed mid-stream: %s", run.run_id, exc.message)
             error = exc
         else:
-            logger.exception("run %s failed mid-stream", recorder.run_id)
+            logger.exception("run %s failed mid-stream", run.run_id)
             error = GenerationFailed("The generation failed.")
         # A failure mid-stream: one event with the envelope, and nothing after it.
         send(rendering.failure(relay.envelope.body(error)))
         relay.close_run(
             Run.Status.FAILED, http_status=200, error_code=error.code, error_message=error.message
         )
-        await relay.record.settled()
+        await run.settled()
         yield take()
     finally:
         relay_span.end()

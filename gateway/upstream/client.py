@@ -22,7 +22,10 @@ import httpx
 import orjson
 from httpx_aiohttp.transport import map_aiohttp_exceptions
 
-from core.errors import (
+from core.loops import PerLoop
+from core.tracing import inject_trace
+from gateway.models import Deployment
+from gateway.upstream.errors import (
     UpstreamError,
     UpstreamOverloaded,
     UpstreamRateLimited,
@@ -30,9 +33,6 @@ from core.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from core.loops import PerLoop
-from core.tracing import inject_trace
-from gateway.models import Deployment
 from gateway.upstream.replicas import replica_name
 from gateway.upstream.sse import EventData
 from gateway.upstream.transport import ModelServerTransport, aiohttp_response

@@ -19,9 +19,9 @@ from django.db import connection
 
 from accounts.models import ApiKey, Organization
 from billing.costs import Prices
+from billing.errors import InsufficientQuota
 from billing.models import BudgetHold, BudgetSpend
 from billing.services.holds import LEDGER_THREADS, HeldBudget, hold_for
-from core.errors import InsufficientQuota
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
 

@@ -7,15 +7,16 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from django.db import IntegrityError, transaction
 
 from billing.budgets import Budget, period_start, resets_at
 from billing.costs import Prices
+from billing.errors import InsufficientQuota
 from billing.ledger.entries import Held, HoldRequest, Settlement
 from billing.models import BudgetHold, BudgetSpend
 from billing.selectors import budget_standing
 from billing.services.holds import HeldBudget
 from billing.services.ledger import budget_hold, budget_holds, budget_holds_settle
-from core.errors import InsufficientQuota
 
 pytestmark = pytest.mark.django_db
 
@@ -76,19 +77,39 @@ def test_a_budget_that_cannot_pay_the_prompt_and_one_token_refuses_and_holds_not
     assert not BudgetSpend.objects.filter(owner_id=KEY_ID, held_usd__gt=0).exists()
 
 
-def test_a_charge_is_the_cost_rounded_up_never_more_than_the_hold_and_counted_once() -> None:
+def test_a_charge_is_settled_as_its_run_decided_it_and_counted_once() -> None:
     budget = Budget("key", KEY_ID, Decimal("1"), "day")
     hold("run-1", budget, cap=10)  # holds 0.0037 + 0.000113 = 0.003813
     hold("run-2", budget, cap=10)
 
-    charged = budget_holds_settle([Settlement("run-1", Decimal("0.0012341"))])
+    charged = budget_holds_settle([Settlement("run-1", Decimal("0.001235"))])
     assert charged == {"run-1": Decimal("0.001235")}
-    assert budget_holds_settle([Settlement("run-1", Decimal("0.5"))]) == {}  # settled already
-    charged = budget_holds_settle([Settlement("run-2", Decimal("0.5"))])
+    assert budget_holds_settle([Settlement("run-1", Decimal("0.002"))]) == {}  # settled already
+    charged = budget_holds_settle([Settlement("run-2", Decimal("0.003813"))])  # the whole hold
     assert charged == {"run-2": Decimal("0.003813")}
 
     row = spend()
     assert (row.spent_usd, row.held_usd) == (Decimal("0.005048"), Decimal(0))
+
+
+@pytest.mark.parametrize(
+    "charged",
+    [Decimal("0.003814"), Decimal("-0.000001"), Decimal("0.0012341")],
+    ids=["more-than-held", "negative", "finer-than-a-micro-dollar"],
+)
+def test_a_charge_outside_its_hold_is_refused_and_moves_nothing(charged: Decimal) -> None:
+    """The ledger enforces what a run's close decides (`charge_for`), rather than working a
+    charge out again: a batch with one charge outside its hold is refused whole."""
+    budget = Budget("key", KEY_ID, Decimal("1"), "day")
+    hold("run-1", budget, cap=10)  # 0.003813
+    hold("run-2", budget, cap=10)
+
+    with pytest.raises(IntegrityError), transaction.atomic():
+        budget_holds_settle([Settlement("run-1", Decimal("0.001")), Settlement("run-2", charged)])
+
+    assert set(BudgetHold.objects.values_list("run_id", flat=True)) >= {"run-1", "run-2"}
+    row = spend()
+    assert (row.spent_usd, row.held_usd) == (Decimal(0), Decimal("0.007626"))
 
 
 def test_a_hold_released_uncharged_gives_its_whole_amount_back() -> None:
@@ -102,7 +123,7 @@ def test_a_hold_released_uncharged_gives_its_whole_amount_back() -> None:
     assert (row.spent_usd, row.held_usd) == (Decimal(0), Decimal(0))
 
 
-def test_a_run_s_hold_is_charged_once_never_more_than_it_held() -> None:
+def test_a_run_s_hold_is_charged_once_rounded_up_never_more_than_it_held() -> None:
     held = HeldBudget(run_id="run-1", amount_usd=Decimal("0.003813"), max_tokens=10)
 
     assert held.charge(Decimal("0.5")) == Decimal("0.003813")
@@ -110,6 +131,8 @@ def test_a_run_s_hold_is_charged_once_never_more_than_it_held() -> None:
     released = HeldBudget(run_id="run-2", amount_usd=Decimal("0.003813"), max_tokens=10)
     assert released.charge(Decimal(0)) == Decimal(0)
     assert released.charge(Decimal("0.001")) == Decimal(0)
+    rounded = HeldBudget(run_id="run-3", amount_usd=Decimal("0.003813"), max_tokens=10)
+    assert rounded.charge(Decimal("0.0000001")) == Decimal("0.000001")  # up, to a micro-dollar
 
 
 def test_a_standing_counts_the_current_period_s_charges_and_holds() -> None:
@@ -168,9 +191,9 @@ def test_a_batch_settles_each_run_on_both_its_budgets_once_and_skips_runs_withou
     charged = budget_holds_settle(
         [
             Settlement("run-1", Decimal("0.001")),
-            Settlement("run-2", Decimal("0.0000001")),  # rounded up to a micro-dollar
-            Settlement("run-3", Decimal("9")),  # never more than the hold
-            Settlement("never-held", Decimal("1")),
+            Settlement("run-2", Decimal("0.000001")),
+            Settlement("run-3", Decimal("0.003813")),  # the whole hold
+            Settlement("never-held", Decimal("1")),  # no hold: nothing to check or charge
         ]
     )
     assert charged == {
@@ -178,7 +201,7 @@ def test_a_batch_settles_each_run_on_both_its_budgets_once_and_skips_runs_withou
         "run-2": Decimal("0.000001"),
         "run-3": Decimal("0.003813"),
     }
-    assert budget_holds_settle([Settlement("run-1", Decimal("0.5"))]) == {}  # settled already
+    assert budget_holds_settle([Settlement("run-1", Decimal("0.002"))]) == {}  # settled already
     assert not BudgetHold.objects.filter(run_id__in=["run-1", "run-2", "run-3"]).exists()
     for row in BudgetSpend.objects.filter(owner_id=KEY_ID):
         assert (row.spent_usd, row.held_usd) == (Decimal("0.004814"), Decimal(0))

@@ -12,8 +12,8 @@ from django.test import Client
 from accounts.models import Organization
 from dashboard.selectors.replies import reply_of
 from dashboard.selectors.runs import run_curl
-from gateway.anthropic.rendering import MessagesRendering
 from gateway.generation.reply import Generation
+from gateway.surfaces.messages.rendering import MessagesRendering
 from telemetry.models import Run, RunChunk
 
 

@@ -17,11 +17,11 @@ from dashboard.selectors.catalog import end_user_names, error_codes
 from dashboard.selectors.runs import RunFilters, filtered_runs, runs_page
 from gateway.generation.reply import Generation
 from telemetry.models import Run
-from telemetry.recording import Decided, RunRecorder
 from telemetry.store.batches import write_batch
 from telemetry.store.fields import RunFields
 from telemetry.store.items import RunClosed, RunOpened
 from telemetry.store.search_text import PROMPT_TEXT_LIMIT, capped, prompt_text
+from tests.support.recording import SinkRun, capturing_sink
 from tests.support.runs import query_plan
 
 pytestmark = pytest.mark.django_db
@@ -151,47 +151,39 @@ def test_search_skips_runs_in_flight(org: Organization) -> None:
     assert found(org, search="quokka") == {done}
 
 
-class CapturingWriter:
-    """Takes what a recorder hands the run writer, to write it with `write_batch`."""
-
-    def __init__(self) -> None:
-        self.items: list[object] = []
-
-    def submit(self, item: object) -> None:
-        self.items.append(item)
-
-
 @pytest.mark.parametrize("keep_content", [True, False])
 def test_a_metadata_organization_s_runs_have_no_text_to_search(
     org: Organization, keep_content: bool
 ) -> None:
-    writer = CapturingWriter()
-    recorder = RunRecorder(
-        run_id=f"chatcmpl-{next(_ids):024x}",
-        accepted_at=T0,
-        organization_id=org.pk,
-        writer=writer,  # type: ignore[arg-type]
-        events=None,
-        keep_content=keep_content,
+    sink, writer = capturing_sink()
+    run = SinkRun(f"chatcmpl-{next(_ids):024x}", org.pk, keeps_content=keep_content)
+    decided: RunFields = {
+        "id": run.run_id,
+        "accepted_at": T0,
+        "organization_id": org.pk,
+        "request_body": orjson.dumps({"messages": [{"role": "user", "content": "secret plans"}]}),
+    }
+    sink.opened(run, decided, [])
+    outcome: RunFields = {"status": Run.Status.COMPLETED, "reply_text": "classified answer"}
+    sink.closed(
+        run,
+        fields={**decided, **outcome},
+        outcome=outcome,
+        opened=True,
+        images=[],
+        chunks=[],
+        seconds=0.1,
+        first_token_seconds=None,
+        replica_name=None,
     )
-    recorder.open(
-        Decided(
-            {
-                "request_body": orjson.dumps(
-                    {"messages": [{"role": "user", "content": "secret plans"}]}
-                )
-            }
-        )
-    )
-    recorder.close(status=Run.Status.COMPLETED, reply_text="classified answer")
-    write_batch(writer.items)  # type: ignore[arg-type]
+    write_batch(writer.items)
 
-    run = Run.objects.get(pk=recorder.run_id)
+    stored = Run.objects.get(pk=run.run_id)
     if keep_content:
-        assert (run.prompt_text, run.reply_text) == ("secret plans", "classified answer")
-        assert found(org, search="secret") == found(org, search="classified") == {run.pk}
+        assert (stored.prompt_text, stored.reply_text) == ("secret plans", "classified answer")
+        assert found(org, search="secret") == found(org, search="classified") == {stored.pk}
     else:
-        assert (run.prompt_text, run.reply_text) == ("", "")
+        assert (stored.prompt_text, stored.reply_text) == ("", "")
         assert found(org, search="secret") == found(org, search="classified") == set()
 
 

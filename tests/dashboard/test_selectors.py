@@ -26,7 +26,7 @@ from dashboard.selectors.overview import OverviewFilters, overview, percentile_c
 from dashboard.selectors.replies import reply_of
 from dashboard.selectors.runs import Cursor, RunFilters, runs_page
 from dashboard.selectors.sessions import SessionQuery, session_summaries
-from gateway.relay.chunks import DONE, ChunkEncoder
+from gateway.surfaces.chat.chunks import DONE, ChunkEncoder
 from gateway.tokens import default_counter
 from telemetry.models import Run, RunChunk, UsageRollup, WorkerLease
 from telemetry.services.interruptions import runs_interrupt_orphaned

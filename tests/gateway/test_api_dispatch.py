@@ -22,7 +22,7 @@ import pytest
 from config.api import API_PREFIX, api, api_patterns
 from core.http.envelopes import MORTAR_ENVELOPE
 from core.http.routes import api_routes
-from gateway.anthropic.envelope import ANTHROPIC_ENVELOPE
+from gateway.surfaces.messages.envelope import ANTHROPIC_ENVELOPE
 from replay.envelope import FLAT_ENVELOPE
 from telemetry.models import Run
 from tests.conftest import Tenant, _server_env, stored_bytes, wait_for_run

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from core.errors import InvalidImage, InvalidParameter
+from core.errors import InvalidParameter
 from gateway.contract.images import (
     MAX_DATA_URL_CHARS,
     check_base64_image,
@@ -17,6 +17,7 @@ from gateway.contract.images import (
     vision_images,
 )
 from gateway.contract.validation import validate_chat_request
+from gateway.errors import InvalidImage
 from tests.support.images import (
     data_url,
     image_bytes,

@@ -8,8 +8,9 @@ import httpx
 import orjson
 import pytest
 
-from core.errors import HttpStatusError, MortarError, UpstreamRejected
-from gateway.anthropic.envelope import ANTHROPIC_ENVELOPE, ERROR_TYPES
+from core.errors import HttpStatusError, MortarError
+from gateway.surfaces.messages.envelope import ANTHROPIC_ENVELOPE, ERROR_TYPES
+from gateway.upstream.errors import UpstreamRejected
 from tests.conftest import Tenant, stored_bytes, wait_for_run
 from tests.support.servers import ServerProcess
 from tests.support.upstreams import MockPair

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.errors import ContextLengthExceeded
-from gateway.pipeline.plan import plan_output_cap
+from gateway.errors import ContextLengthExceeded
+from gateway.pipeline.admission import plan_output_cap
 
 WINDOW = 4096
 

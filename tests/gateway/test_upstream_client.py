@@ -14,7 +14,6 @@ import aiohttp
 import httpx
 import pytest
 
-from core.errors import UpstreamUnavailable
 from gateway.upstream.client import (
     ReplicaConfig,
     client_for,
@@ -22,6 +21,7 @@ from gateway.upstream.client import (
     completions_url,
     open_stream,
 )
+from gateway.upstream.errors import UpstreamUnavailable
 from tests.support.garbage import cyclic_garbage, of_types
 
 CHUNK = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'

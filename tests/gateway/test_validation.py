@@ -7,16 +7,10 @@ from typing import Any
 import orjson
 import pytest
 
-from core.errors import (
-    InvalidJson,
-    InvalidParameter,
-    InvalidRole,
-    InvalidToolChoice,
-    InvalidTools,
-    MortarError,
-)
+from core.errors import InvalidParameter, MortarError
 from gateway.contract.chat import ChatRequest
 from gateway.contract.validation import parse_json_body, validate_chat_request
+from gateway.errors import InvalidJson, InvalidRole, InvalidToolChoice, InvalidTools
 
 USER = {"role": "user", "content": "Hello"}
 WEATHER = {

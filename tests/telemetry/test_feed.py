@@ -11,7 +11,8 @@ import pytest
 from django.conf import settings
 
 from core.backplane import NO_ENTRY, Backplane
-from core.errors import BackendUnavailable, TooManyStreams
+from core.errors import BackendUnavailable
+from telemetry.errors import TooManyStreams
 from telemetry.events import Event, EventBus
 from telemetry.feed import Subscription, TelemetryFeed, follow
 from tests.core.conftest import make_plane  # noqa: F401  (the backplanes of each kind)

@@ -13,16 +13,15 @@ import pytest
 
 from accounts.models import Organization
 from telemetry.models import Image, Run, RunImage
-from telemetry.recording import Decided, RunRecorder
 from telemetry.services.retention import PurgeCounts, organization_runs_purge
 from telemetry.store.batches import write_batch
 from telemetry.store.fields import ImageRecord, RunFields
 from telemetry.store.images import REFERENCE_PREFIX
 from telemetry.store.items import RunClosed, RunOpened, WriterItem, decode_row, encode_row
-from telemetry.store.writer import RunWriter
 from telemetry.stored_bodies import body_with_images
 from tests.conftest import Tenant
 from tests.support.images import data_url, image_bytes
+from tests.support.recording import SinkRun, capturing_sink
 
 pytestmark = pytest.mark.django_db
 
@@ -176,33 +175,14 @@ def test_a_spooled_run_keeps_its_images() -> None:
     assert decode_row(("o", without.fields)) == without
 
 
-class Writer:
-    def __init__(self) -> None:
-        self.items: list[WriterItem] = []
-
-    def submit(self, item: WriterItem) -> None:
-        self.items.append(item)
+RUN_ID = "chatcmpl-" + "0" * 24
+DECIDED: RunFields = {"id": RUN_ID, "accepted_at": ACCEPTED, "request_body": b"{}"}
 
 
-def recorder(writer: Writer, *, keep_content: bool) -> RunRecorder:
-    made = RunRecorder(
-        run_id="chatcmpl-" + "0" * 24,
-        accepted_at=ACCEPTED,
-        organization_id=1,
-        writer=cast(RunWriter, writer),
-        events=None,
-        keep_content=keep_content,
-    )
-    return made
+def test_the_sink_hands_the_images_on_with_the_body() -> None:
+    sink, writer = capturing_sink()
 
-
-DECIDED = Decided({"request_body": b"{}"}, [record(b"png")])
-
-
-def test_the_recorder_hands_the_images_on_with_the_body() -> None:
-    writer = Writer()
-
-    recorder(writer, keep_content=True).open(DECIDED)
+    sink.opened(SinkRun(RUN_ID, keeps_content=True), DECIDED, [record(b"png")])
 
     [opened_row] = writer.items
     assert isinstance(opened_row, RunOpened)
@@ -210,9 +190,9 @@ def test_the_recorder_hands_the_images_on_with_the_body() -> None:
 
 
 def test_under_metadata_retention_no_image_is_kept() -> None:
-    writer = Writer()
+    sink, writer = capturing_sink()
 
-    recorder(writer, keep_content=False).open(DECIDED)
+    sink.opened(SinkRun(RUN_ID, keeps_content=False), DECIDED, [record(b"png")])
 
     [opened_row] = writer.items
     assert isinstance(opened_row, RunOpened)
@@ -221,10 +201,19 @@ def test_under_metadata_retention_no_image_is_kept() -> None:
 
 
 def test_under_metadata_retention_a_400_keeps_its_body_and_images() -> None:
-    writer = Writer()
+    sink, writer = capturing_sink()
+    refused: RunFields = {"status": Run.Status.REFUSED, "http_status": 400}
 
-    recorder(writer, keep_content=False).close(
-        status=Run.Status.REFUSED, decided=DECIDED, http_status=400
+    sink.closed(
+        SinkRun(RUN_ID, keeps_content=False),
+        fields={**DECIDED, **refused},
+        outcome=refused,
+        opened=False,
+        images=[record(b"png")],
+        chunks=[],
+        seconds=0.01,
+        first_token_seconds=None,
+        replica_name=None,
     )
 
     [opened_row] = writer.items
