@@ -15,9 +15,9 @@ is to blame, its ``param``. The status, type and code of a class are fixed; only
 answered. An error that says when to come back carries `retry_after` (whole seconds), sent as
 `Retry-After`.
 
-An error only one app raises is that app's, below these: the gateway's refusals
-(`gateway.errors`) and a model server's failures (`gateway.upstream.errors`), money's
-(`billing.errors`), the run store's and the telemetry stream's (`telemetry.errors`).
+An error only one app raises is that app's, below these: the gateway's refusals and a model
+server's failures (`gateway.errors`), money's (`billing.errors`), the run store's and the
+telemetry stream's (`telemetry.errors`).
 
 An error is written in the envelope of the route that answers it, which that route declares
 (`core.http.envelopes`); the error itself knows nothing of routes.

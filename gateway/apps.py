@@ -23,8 +23,8 @@ class GatewayConfig(AppConfig):
 def catalog_labels() -> KnownLabels:
     """The catalog's models, and its deployments that forward to model servers: the label
     sets of the metrics, exposed at 0 before their first event."""
+    from gateway.errors import UPSTREAM_ERROR_CODES
     from gateway.models import CatalogModel, Deployment
-    from gateway.upstream.errors import UPSTREAM_ERROR_CODES
 
     return KnownLabels(
         models=list(CatalogModel.objects.values_list("id", flat=True)),

@@ -86,7 +86,7 @@ def one_request(candidate: str, base_url: str) -> tuple[Callable[[], Awaitable[N
 
     if candidate == "httpx":
         from gateway.upstream.client import NoCookies, _json, completions_url
-        from gateway.upstream.sse import EventData
+        from gateway.upstream.event_data import EventData
 
         plain = httpx.AsyncClient(
             base_url=base_url,

@@ -2,7 +2,7 @@
 
 The body is decoded by orjson (strict UTF-8, no lone surrogates: Postgres cannot store one) and
 validated by the declared request schema (`request.py`) in strict mode; a refusal is the first
-refused field's error from the one table in `errors.py`. What the pipeline gets is the
+refused field's error from the one table in `refusals.py`. What the pipeline gets is the
 normalized `ChatRequest`: `developer` is `system` (OpenAI's newer name for it, which many
 models' chat templates do not know), text parts are joined with line breaks and other parts
 dropped (the parts of a message with an image are kept aside for a model with vision,
@@ -17,8 +17,8 @@ import orjson
 from pydantic import ValidationError
 
 from gateway.contract.chat import ChatRequest
-from gateway.contract.errors import refusal_for
 from gateway.contract.messages import ROLE_ALIASES, AnyPart, Content, Message, TextPart
+from gateway.contract.refusals import refusal_for
 from gateway.contract.request import Tool, chat_request_schema
 from gateway.errors import InvalidJson
 

@@ -30,8 +30,7 @@ from core.errors import BackendUnavailable, InvalidParameter
 from core.http.envelopes import Envelope
 from core.http.requests import ApiRequest
 from core.loops import PerLoop
-from gateway.errors import IdempotencyConflict
-from gateway.upstream.errors import UpstreamError
+from gateway.errors import IdempotencyConflict, UpstreamError
 
 logger = logging.getLogger(__name__)
 

@@ -26,16 +26,16 @@ import orjson
 
 from core.tracing import step
 from gateway.contract.chat import ChatRequest
-from gateway.generation.reply import REASONING_FIELDS, Delta, Deltas, Generation
-from gateway.models import Deployment
-from gateway.tokens import TokenCounter
-from gateway.upstream.client import ReplicaConfig, UpstreamStream, open_stream
-from gateway.upstream.errors import (
+from gateway.errors import (
     UpstreamError,
     UpstreamRejected,
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from gateway.generation.reply import REASONING_FIELDS, Delta, Deltas, Generation
+from gateway.models import Deployment
+from gateway.tokens import TokenCounter
+from gateway.upstream.client import ReplicaConfig, UpstreamStream, open_stream
 from gateway.upstream.replicas import replica_health, route_session
 from telemetry.metrics import upstream_failed
 

@@ -16,9 +16,9 @@ from gateway.generation.forwarding import encode_body, forward, upstream_body
 from gateway.generation.reply import Deltas, Generation
 from gateway.generation.scripted import ScriptedModel, one_per_batch
 from gateway.models import Deployment
+from gateway.relay.event_stream import streaming_response
 from gateway.relay.json import json_response
 from gateway.relay.relay import Relay, consumed_usage
-from gateway.relay.sse import streaming_response
 from gateway.runs.run import RunInFlight
 from gateway.runs.stages import Admitted, Routed
 from gateway.upstream.counting import UsageCounting

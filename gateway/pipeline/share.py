@@ -9,9 +9,9 @@ from django.http import HttpResponse
 
 from core.errors import MortarError
 from gateway.coordination.dedupe import Answer, Claim
+from gateway.errors import UpstreamTimeout
 from gateway.runs.run import Outcome, RunInFlight, Usage
 from gateway.runs.stages import Admitted, Held
-from gateway.upstream.errors import UpstreamTimeout
 from telemetry.models import Run
 
 

@@ -11,10 +11,10 @@ from typing import Any
 from core.flags import Flag
 from core.http.envelopes import Envelope
 from gateway.contract.surface import Rendering
+from gateway.errors import UpstreamError
 from gateway.generation.reply import Deltas, Generation
 from gateway.runs.run import Outcome, RunInFlight, Usage
 from gateway.upstream.counting import UsageCounting, count_in_background, usage_counted
-from gateway.upstream.errors import UpstreamError
 from telemetry.models import Run
 from telemetry.store.search_text import REPLY_TEXT_LIMIT, capped
 

@@ -24,8 +24,7 @@ from httpx_aiohttp.transport import map_aiohttp_exceptions
 
 from core.loops import PerLoop
 from core.tracing import inject_trace
-from gateway.models import Deployment
-from gateway.upstream.errors import (
+from gateway.errors import (
     UpstreamError,
     UpstreamOverloaded,
     UpstreamRateLimited,
@@ -33,8 +32,9 @@ from gateway.upstream.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from gateway.models import Deployment
+from gateway.upstream.event_data import EventData
 from gateway.upstream.replicas import replica_name
-from gateway.upstream.sse import EventData
 from gateway.upstream.transport import ModelServerTransport, aiohttp_response
 
 logger = logging.getLogger(__name__)

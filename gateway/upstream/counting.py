@@ -35,9 +35,9 @@ import jinja2.ext
 import orjson
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from gateway.errors import UpstreamError
 from gateway.models import Deployment
 from gateway.upstream.client import ReplicaConfig, client_for
-from gateway.upstream.errors import UpstreamError
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""What a run drew from its budgets, as the gateway hands it to the run's recorder."""
+"""What a run drew from its budgets, as the gateway records it with the run."""
 
 from __future__ import annotations
 

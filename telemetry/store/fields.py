@@ -1,7 +1,7 @@
 """A run's fields as they cross from the request path to the run writer: one typed record.
 
-The gateway writes a run's fields from what its pipeline decided (the recorder's `open`, or
-`close` for a run refused before it opened), then its routing and its outcome; the writer
+The gateway writes a run's fields from what its pipeline decided (when the run opens, or when it
+closes for a run refused before it opened), then its routing and its outcome; the writer
 stores them as columns of `telemetry.models.Run`. `RunFields` names every field that may
 cross, with its type, so a misspelt or mistyped field fails in the type checker (mypy checks
 every `**fields` against it) and in `tests/telemetry/store/test_run_fields.py` (every name is a
@@ -70,27 +70,6 @@ class RunFields(TypedDict, total=False):
     chunk_count: int
     # What the dashboard's search reads (`telemetry.store.search_text`).
     prompt_text: str
-    reply_text: str
-
-
-class RunOutcome(TypedDict, total=False):
-    """What a run's close may add besides its status (a subset of `RunFields`)."""
-
-    http_status: int | None
-    error_code: str
-    error_message: str
-    finish_reason: str
-    prompt_tokens: int | None
-    completion_tokens: int | None
-    total_tokens: int | None
-    cached_tokens: int | None
-    usage: dict[str, Any] | None
-    usage_source: str
-    cost: Decimal | None
-    held_usd: Decimal | None
-    charged_usd: Decimal | None
-    dedupe_role: str
-    dedupe_leader: str
     reply_text: str
 
 

@@ -9,8 +9,8 @@ import orjson
 import pytest
 
 from core.errors import HttpStatusError, MortarError
+from gateway.errors import UpstreamRejected
 from gateway.surfaces.messages.envelope import ANTHROPIC_ENVELOPE, ERROR_TYPES
-from gateway.upstream.errors import UpstreamRejected
 from tests.conftest import Tenant, stored_bytes, wait_for_run
 from tests.support.servers import ServerProcess
 from tests.support.upstreams import MockPair

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from core.errors import InvalidParameter, InvalidRequest
-from gateway.contract.errors import PRECEDENCE, REFUSALS
+from gateway.contract.refusals import PRECEDENCE, REFUSALS
 from gateway.contract.request import chat_request_schema
 from gateway.contract.validation import validate_chat_request
 from gateway.errors import InvalidRole, InvalidToolChoice, InvalidTools

@@ -14,6 +14,7 @@ import aiohttp
 import httpx
 import pytest
 
+from gateway.errors import UpstreamUnavailable
 from gateway.upstream.client import (
     ReplicaConfig,
     client_for,
@@ -21,7 +22,6 @@ from gateway.upstream.client import (
     completions_url,
     open_stream,
 )
-from gateway.upstream.errors import UpstreamUnavailable
 from tests.support.garbage import cyclic_garbage, of_types
 
 CHUNK = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'

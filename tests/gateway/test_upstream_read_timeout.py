@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 from aiohttp import web
 
+from gateway.errors import UpstreamTimeout
 from gateway.upstream.client import ReplicaConfig, UpstreamStream, close_clients, open_stream
-from gateway.upstream.errors import UpstreamTimeout
 
 TIMEOUT = 0.4
 

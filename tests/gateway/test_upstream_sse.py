@@ -1,8 +1,8 @@
-"""`EventData` (gateway/upstream/sse.py): a model server's SSE bytes, fed a read at a time."""
+"""`EventData` (gateway/upstream/event_data.py): a model server's SSE bytes, a read at a time."""
 
 from __future__ import annotations
 
-from gateway.upstream.sse import EventData
+from gateway.upstream.event_data import EventData
 
 
 def fed(*pieces: bytes) -> list[list[bytes]]:

@@ -1,6 +1,6 @@
 """The one table from a field the Messages request schema refused to Mortar's error and message.
 
-Written like the chat contract's (`gateway.contract.errors`, which also reads it): a field's path
+Written like the chat contract's (`gateway.contract.refusals`, which also reads it): a field's path
 is its `loc` without union tags and with list indexes as `*`; `REFUSALS` maps (path, error type)
 — or (path, `*`) — to the refusal, whose message is a `str.format` template given the list
 indexes as `{0}`, `{1}`, the field as `{at}`, the refused value as `{input}` and the error's
@@ -15,7 +15,7 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from core.errors import InvalidParameter, InvalidRequest
-from gateway.contract.errors import Refusal, refusal_from
+from gateway.contract.refusals import Refusal, refusal_from
 from gateway.contract.request import MAX_STOP_SEQUENCES
 from gateway.errors import InvalidRole, InvalidToolChoice, InvalidTools
 from gateway.surfaces.messages.request import MIN_THINKING_BUDGET

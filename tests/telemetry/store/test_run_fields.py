@@ -7,7 +7,7 @@ import types
 import typing
 
 from telemetry.models import Run
-from telemetry.store.fields import RunFields, RunOutcome
+from telemetry.store.fields import RunFields
 
 COLUMNS = {field.attname: field for field in Run._meta.concrete_fields}
 
@@ -32,8 +32,3 @@ def test_a_run_field_is_optional_exactly_where_its_column_is_nullable() -> None:
         if allows_none(hints[name]) != COLUMNS[name].null
     }
     assert mismatched == {}
-
-
-def test_an_outcome_is_a_subset_of_a_run_s_fields_with_the_same_types() -> None:
-    fields, outcome = typing.get_type_hints(RunFields), typing.get_type_hints(RunOutcome)
-    assert {name: outcome[name] for name in outcome} == {name: fields[name] for name in outcome}

@@ -17,9 +17,9 @@ from collections.abc import AsyncGenerator
 from core.errors import MortarError
 from core.http.responses import EventStreamResponse
 from core.tracing import span_started
+from gateway.errors import GenerationFailed
 from gateway.relay.relay import STOPPED_FINISH_REASON, Relay, abandon
 from gateway.relay.watch import Signal, watch
-from gateway.upstream.errors import GenerationFailed
 from telemetry.models import Run
 
 logger = logging.getLogger(__name__)
