@@ -9,7 +9,7 @@ and what the other benchmarks in bench/ share with it.
 - scenarios: what is measured and the requests it sends, on chat completions and Messages;
 - checks: one request of each kind to each target, checked, before anything is measured;
 - load, loadgen/, post.lua: the load generators (wrk and the asyncio client) and how they run;
-- cpu, measure: CPU accounting and one measurement;
+- cpu, measurement: CPU accounting and one measurement;
 - stats: the one percentile every benchmark in bench/ reports;
 - metrics, verdicts, scaling: medians, the verdicts, one worker against two;
 - markdown, report, sections: the markdown report;

@@ -34,7 +34,7 @@ from .cpu import wait_for_quiet_machine
 from .index import epilog
 from .litellm import ensure_litellm
 from .load import run_wrk
-from .measure import measure, wait_quiet
+from .measurement import measure, wait_quiet
 from .metrics import cpu_table, medians, mortar_per_request, target_names
 from .mortar import TWO_WORKERS, UNMETERED, mortar_sources
 from .processes import Processes

@@ -17,7 +17,7 @@ from typing import Any
 
 from .constants import LOAD_CORE, PYTHON, RESULTS, ROOT
 from .load import load_command, load_env
-from .measure import wait_quiet
+from .measurement import wait_quiet
 from .profile_summary import summaries
 from .scenarios import Scenario
 from .targets import Bench

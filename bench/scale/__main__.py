@@ -50,7 +50,7 @@ def main() -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from . import fill, pages, upkeep
+    from . import fill, page_timings, upkeep
 
     print(f"host: {os.cpu_count()} CPUs, load average {_load()} at start", flush=True)
     kept = args.keep and database.exists()
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> None:
             f" {filled.index_seconds:.0f} s; load average {_load()}",
             flush=True,
         )
-        rollup_s = pages.roll_up(31)
+        rollup_s = page_timings.roll_up(31)
         print(f"rollups and slices of the last 31 days (beat's): {rollup_s:.0f} s", flush=True)
         meta |= {
             "runs": args.runs,
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> None:
 
 
 def measure(args: argparse.Namespace, the_plan: object, meta: dict, layout: object) -> None:
-    from . import pages, replay_ttfb, upkeep
+    from . import page_timings, replay_ttfb, upkeep
     from .fill import Plan
 
     assert isinstance(the_plan, Plan)
@@ -147,18 +147,18 @@ def measure(args: argparse.Namespace, the_plan: object, meta: dict, layout: obje
             full_rates = upkeep.writer_burst(args.burst, 3)
             print(f"  rows/s: {_rates(full_rates)}", flush=True)
             before = upkeep.vacuum_state(conn)
-            client = pages.staff_client()
+            client = page_timings.staff_client()
             print(
                 f"\nwith the writer at {args.rate:,} rows/s in its own process"
                 f" (autovacuum {'on' if before.autovacuum_on else 'off'}):",
                 flush=True,
             )
             with upkeep.SteadyWriter(args.rate) as writer:
-                timed = pages.measure_runs_list(the_plan, args.samples, client)
-                timed.append(pages.measure_run_page(args.samples, client))
-                timed += pages.measure_spend(max(args.samples // 3, 5), client)
+                timed = page_timings.measure_runs_list(the_plan, args.samples, client)
+                timed.append(page_timings.measure_run_page(args.samples, client))
+                timed += page_timings.measure_spend(max(args.samples // 3, 5), client)
                 timed.append(replay_ttfb.measure_replay(args.samples))
-                pages.beat_refresh()
+                page_timings.beat_refresh()
                 oldest = (the_plan.end - timedelta(days=the_plan.days)).date()
                 dropped = upkeep.drop_oldest_day(conn, oldest)
                 print(

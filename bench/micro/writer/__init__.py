@@ -26,7 +26,7 @@ Phases (each run opens, CHUNKS chunks of 300 bytes, closes; 200 streams interlea
 gateway's core that the writer takes); "process CPU" adds the producer's. Writes
 bench/results/writer.md.
 
-- measure: RSS, the CPU of the process, of the writer's thread and of a Postgres backend;
+- meters: RSS, the CPU of the process, of the writer's thread and of a Postgres backend;
 - phases: the writer under load (throughput, spool and drain, flood, soak);
 - batches: `write_batch` on the gateway's batch shapes and the slow streams'.
 """

@@ -14,7 +14,7 @@ from pathlib import Path
 from bench.harness.results import recorded
 
 from . import __doc__ as package_doc
-from .measure import Result, ensure_database
+from .meters import Result, ensure_database
 
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/mortar_bench"
 TARGET_ROWS_PER_SECOND = 50_000
