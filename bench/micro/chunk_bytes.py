@@ -1,7 +1,7 @@
 """Bytes per stored chunk: the chunk table's heap, indexes and TOAST over the chunks of 20-chunk
 streams, written by the run writer's own COPY, after VACUUM.
 
-`python -m bench.micro.chunk_bytes [--baseline DIR]` measures the working tree, and with
+`python -m bench micro chunk-bytes [--baseline DIR]` measures the working tree, and with
 `--baseline` the same in another checkout (`git archive <commit> | tar -x -C DIR`), each in a
 database of its own that it migrates and drops; it writes bench/results/chunk-bytes.md.
 
@@ -136,20 +136,20 @@ def measure(runs: int, chunks: int, database: str) -> dict[str, Any]:
             admin.execute(f'DROP DATABASE IF EXISTS "{database}"')
 
 
+# This file's `measure`, loaded by its path: the other checkout's own bench/ may predate it.
+MEASURE_BY_PATH = """
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("chunk_bytes", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+print(json.dumps(module.measure(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])))
+"""
+
+
 def _in_tree(tree: Path, runs: int, chunks: int, database: str) -> dict[str, Any]:
-    """`measure` run in another checkout, by this same file."""
+    """`measure` run in a checkout: its Mortar, this file's measuring."""
     output = subprocess.run(
-        [
-            sys.executable,
-            __file__,
-            "--measure",
-            "--runs",
-            str(runs),
-            "--chunks",
-            str(chunks),
-            "--database",
-            database,
-        ],
+        [sys.executable, "-c", MEASURE_BY_PATH, __file__, str(runs), str(chunks), database],
         cwd=tree,
         env={**os.environ, "PYTHONPATH": str(tree)},
         check=True,
@@ -174,18 +174,18 @@ def _baseline_arguments(args: argparse.Namespace) -> str:
     return f" --baseline DIR{label}"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+def main(argv: list[str]) -> None:
+    # Not at the top: the checkout `_in_tree` loads this file in may have no bench.commands.
+    from bench.commands import program
+
+    parser = argparse.ArgumentParser(
+        prog=program(__name__), description=(__doc__ or "").splitlines()[0]
+    )
     parser.add_argument("--runs", type=int, default=5000)
     parser.add_argument("--chunks", type=int, default=20)
     parser.add_argument("--baseline", type=Path, help="a checkout of the code to compare with")
     parser.add_argument("--baseline-label", help="what the baseline is (its commit)")
-    parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--database", default="mortar_chunk_bytes", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.measure:
-        print(json.dumps(measure(args.runs, args.chunks, args.database)))
-        return
+    args = parser.parse_args(argv)
     lines = []
     if args.baseline:
         baseline = _in_tree(args.baseline, args.runs, args.chunks, "mortar_chunk_bytes_before")
@@ -199,7 +199,7 @@ def main() -> None:
         [
             "# Bytes per stored chunk",
             "",
-            f"`python -m bench.micro.chunk_bytes{_baseline_arguments(args)}`,"
+            f"`python -m bench micro chunk-bytes{_baseline_arguments(args)}`,"
             f" {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, Mortar {commit}: {args.runs:,} streams of"
             f" {args.chunks} chunks written by the run writer's COPY, after `VACUUM ANALYZE`;"
             " the chunk table's bytes (every partition's) divided by its rows.",
@@ -212,7 +212,3 @@ def main() -> None:
     )
     print(text)
     RESULT.write_text(text)
-
-
-if __name__ == "__main__":
-    main()

@@ -16,7 +16,7 @@ reports the process's CPU time per request (the best of three rounds):
 
 The run fails (exit 1) when the metrics are over budget.
 
-    .venv/bin/python -m bench.micro.observe [--requests 100000]
+    .venv/bin/python -m bench micro observe [--requests 100000]
 
 Writes bench/results/observe.md.
 """
@@ -45,6 +45,7 @@ django.setup()
 
 from django.conf import settings  # noqa: E402
 
+from bench.commands import program  # noqa: E402
 from bench.harness.results import recorded  # noqa: E402
 from core import tracing  # noqa: E402
 from core.http.cors import Cors  # noqa: E402
@@ -154,10 +155,10 @@ def cors_case(origin: bool, requests: int) -> float:
     return (timed(wrapped) - timed(bare)) / requests * 1_000_000
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog=program(__name__), description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=100_000)
-    requests = parser.parse_args().requests
+    requests: int = parser.parse_args(argv).requests
 
     metrics.metrics()  # made once, as at a worker's start
     results = {"metrics (multiprocess)": cpu_us(record_metrics, requests)}
@@ -181,8 +182,5 @@ def main() -> int:
         over = results["metrics (multiprocess)"] > BUDGET_US
         if over:
             print(f"metrics over budget: {BUDGET_US} µs")
-    return 1 if over else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    if over:
+        sys.exit(1)

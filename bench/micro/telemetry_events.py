@@ -8,7 +8,7 @@ generation, and unregisters it; CONCURRENCY requests interleave on one event loo
 `make serve` runs). Prints CPU ms per 1,000 requests (process time, all threads), less the
 same loop with no publish/register/unregister, and the wall time of a register call.
 
-    REDIS_URL=redis://127.0.0.1:6379/0 .venv/bin/python -m bench.micro.telemetry_events \
+    REDIS_URL=redis://127.0.0.1:6379/0 .venv/bin/python -m bench micro telemetry-events \
         [--requests 5000] [--concurrency 1 32] [--dashboard]
 
 --dashboard keeps one member in the dashboard's channel-layer group (as a connected websocket
@@ -39,6 +39,7 @@ django.setup()
 import uvloop  # noqa: E402
 from channels.layers import get_channel_layer  # noqa: E402
 
+from bench.commands import program  # noqa: E402
 from bench.harness.results import recorded  # noqa: E402
 from gateway.coordination.stop import live_generations  # noqa: E402
 from telemetry.events import DASHBOARD_GROUP, event_publisher  # noqa: E402
@@ -112,7 +113,7 @@ async def run(requests: int, concurrency: int, real: bool) -> tuple[float, float
     return time.process_time() - cpu, time.perf_counter() - wall, registers
 
 
-async def main(args: argparse.Namespace) -> None:
+async def measure_all(args: argparse.Namespace) -> None:
     await live_generations().start()
     layer = get_channel_layer()
     if args.dashboard:
@@ -137,11 +138,12 @@ async def main(args: argparse.Namespace) -> None:
         await layer.flush()
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog=program(__name__), description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=5000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--dashboard", action="store_true")
+    args = parser.parse_args(argv)
     with recorded("telemetry-events", "Telemetry events and the live registry per request"):
-        uvloop.run(main(parser.parse_args()))
+        uvloop.run(measure_all(args))

@@ -8,7 +8,7 @@ turn with 20 tools and two rounds of tool calls, and a 50-message conversation, 
 shapes. Prints a markdown table of CPU µs per request (the best of several rounds, so other
 load on the machine counts as little as it can).
 
-    .venv/bin/python -m bench.micro.validation [--rounds N]
+    .venv/bin/python -m bench micro validation [--rounds N]
 
 Writes bench/results/validation.md.
 """
@@ -31,6 +31,7 @@ import django
 
 django.setup()
 
+from bench.commands import program  # noqa: E402
 from bench.harness.results import recorded  # noqa: E402
 from gateway.pipeline.surface import CHAT_COMPLETIONS, MESSAGES  # noqa: E402
 
@@ -199,10 +200,10 @@ def per_request_us(validators: list[Callable[[], Any]], rounds: int) -> list[flo
     return best
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog=program(__name__), description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with recorded("validation", "Request validation per request, on each surface"):
         print(f"Decode + validate, CPU µs per request, best of {args.rounds} rounds\n")
         print(
@@ -226,7 +227,3 @@ def main() -> None:
                 f"| {label} | {len(chat):,} | {chat_us:.1f} | {len(message):,} | "
                 f"{message_us:.1f} | {message_us / chat_us:.2f} |"
             )
-
-
-if __name__ == "__main__":
-    main()

@@ -7,8 +7,8 @@ of several tries, the list's query (`runs_page`) for common filters, free-text s
 with filters, and a deep page, and the whole page through Django (middleware, staff check, the
 filters' choices, template). Target: the runs list under 200 ms, free-text search included.
 
-    .venv/bin/python -m bench.pages.runs_list            # seed if needed, then time
-    .venv/bin/python -m bench.pages.runs_list --reseed   # drop the runs and seed again
+    .venv/bin/python -m bench pages runs-list            # seed if needed, then time
+    .venv/bin/python -m bench pages runs-list --reseed   # drop the runs and seed again
 
 Writes bench/results/runs-list.md.
 """
@@ -24,6 +24,7 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
+from bench.commands import program
 from bench.harness.results import recorded
 
 from .seed import RUNS, SEED_SQL, median_ms, seed_owners, setup_django
@@ -71,11 +72,11 @@ def seed(*, reseed: bool, runs: int = RUNS) -> int:
     return runs
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog=program(__name__), description=__doc__.split("\n")[0])
     parser.add_argument("--reseed", action="store_true", help="drop the runs and seed again")
     parser.add_argument("--runs", type=int, default=RUNS, help="how many runs to seed")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     setup_django(BENCH_DB)
     count = seed(reseed=args.reseed, runs=args.runs)
 
@@ -211,7 +212,3 @@ def time_the_list(count: int, cases: list[Case], organization: Organization) -> 
     print(f"  {'whole page, search w1000':<40} {search_ms:8.1f} ms")
     print(f"  {'  of which the end-user choices':<40} {choices_ms:8.1f} ms")
     print(f"slowest list query: {worst:.1f} ms (target < 200 ms)")
-
-
-if __name__ == "__main__":
-    main()

@@ -8,8 +8,8 @@ current hour). Then times, as the median of a few tries, the refresh beat runs e
 minutes, each of the page's queries and the whole page through Django, for the last 24 hours
 and 30 days, every organization and one.
 
-    .venv/bin/python -m bench.pages.spend            # seed if needed, then time
-    .venv/bin/python -m bench.pages.spend --reseed   # drop the runs and seed again
+    .venv/bin/python -m bench pages spend            # seed if needed, then time
+    .venv/bin/python -m bench pages spend --reseed   # drop the runs and seed again
 
 Writes bench/results/spend.md.
 """
@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from datetime import timedelta
 
+from bench.commands import program
 from bench.harness.results import recorded
 
 from .seed import RUNS, SEED_SQL, median_ms, seed_owners, setup_django
@@ -52,11 +53,11 @@ def seed(*, reseed: bool, runs: int = RUNS) -> int:
     return runs
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog=program(__name__), description=__doc__.split("\n")[0])
     parser.add_argument("--reseed", action="store_true", help="drop the runs and seed again")
     parser.add_argument("--runs", type=int, default=RUNS, help="how many runs to seed")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     setup_django(BENCH_DB)
     with recorded("spend", "The Spend page at 1,000,000 runs"):
         time_the_page(seed(reseed=args.reseed, runs=args.runs))
@@ -141,7 +142,3 @@ def time_the_page(count: int) -> None:
         ms = median_ms(lambda q=query: client.get(f"/dashboard/spend/?{q}"), TRIES)
         print(f"whole page /dashboard/spend/?{query}: {ms:.0f} ms")
     print(f"slowest query: {worst:.1f} ms")
-
-
-if __name__ == "__main__":
-    main()

@@ -2,8 +2,8 @@
 dashboard, replay, retention and the writer measured on it while the writer keeps storing.
 
     make bench-scale                                   # the whole thing (~1 h on 2 cores)
-    .venv/bin/python -m bench.scale --runs 100000      # a quick one (about a minute)
-    .venv/bin/python -m bench.scale --keep             # measure again, without refilling
+    .venv/bin/python -m bench scale --runs 100000      # a quick one (about a minute)
+    .venv/bin/python -m bench scale --keep             # measure again, without refilling
 
 Its own database, `mortar_bench_scale` on DATABASE_URL's server, dropped and made again
 (`--keep` measures the one filled before; `--drop` drops it at the end). In order:

@@ -33,7 +33,8 @@ def writer_burst(streams: int, rounds: int) -> list[float]:
                 [
                     sys.executable,
                     "-m",
-                    "bench.scale.writer_load",
+                    "bench",
+                    "scale-writer",
                     "--burst",
                     str(streams),
                     "--report",
@@ -61,7 +62,8 @@ class SteadyWriter:
             [
                 sys.executable,
                 "-m",
-                "bench.scale.writer_load",
+                "bench",
+                "scale-writer",
                 "--rate",
                 str(self.rate),
                 "--report",

@@ -2,7 +2,7 @@
 requests (a run and its JSON body, one chunk) and 20-chunk streams, measured on a Postgres
 cluster of its own so that nothing else writes WAL or spends CPU in it.
 
-    .venv/bin/python -m bench.scale.wal [--requests 6000]
+    .venv/bin/python -m bench wal [--requests 6000]
 
 The cluster: Debian's Postgres 15 binaries (`/usr/lib/postgresql/15/bin`), `initdb` into a
 temporary directory as the `postgres` user, its defaults but `fsync=off` (the disk's speed is not
@@ -36,6 +36,7 @@ from typing import Any
 
 import psycopg
 
+from bench.commands import program
 from bench.harness.results import recorded
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
@@ -195,10 +196,12 @@ def measure(port: int, data: Path, requests: int) -> list[tuple[str, float, floa
     return results
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(
+        prog=program(__name__), description=(__doc__ or "").splitlines()[0]
+    )
     parser.add_argument("--requests", type=int, default=6000)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with (
         recorded("wal", "WAL, Postgres CPU and bytes a stored request") as _,
         private_cluster() as (port, data),
@@ -226,7 +229,3 @@ def main() -> None:
         print("| --- | ---: | ---: | ---: |")
         for kind, wal, cpu, size in results:
             print(f"| {kind} | {wal:,.0f} B | {cpu:.3f} ms | {size:,.0f} B |")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,8 +1,8 @@
 """The run writer in a process of its own, on the scale benchmark's database: a steady rate of
 rows while the pages are timed, or a burst as fast as it takes them.
 
-    python -m bench.scale.writer_load --rate 20000 --report FILE   # until SIGTERM
-    python -m bench.scale.writer_load --burst 5000 --report FILE   # 5,000 streams, timed
+    python -m bench scale-writer --rate 20000 --report FILE   # until SIGTERM
+    python -m bench scale-writer --burst 5000 --report FILE   # 5,000 streams, timed
 
 The rows are the gateway's (`bench.micro.writer.batches.gateway_run`: a stream of 20 chunks
 with every field the gateway records; its request and reply carry the fill's kind of text, so
@@ -26,19 +26,23 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.commands import program
+
 from . import database
 
 QUEUE_CAP = 20_000  # the burst's producer pauses above this many queued rows (a busy worker's)
 SAMPLE_SECONDS = 0.5
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(
+        prog=program(__name__), description=(__doc__ or "").splitlines()[0]
+    )
     parser.add_argument("--database", default=database.NAME)
     parser.add_argument("--rate", type=int, default=0, help="rows/s until SIGTERM")
     parser.add_argument("--burst", type=int, default=0, help="streams written as fast as taken")
     parser.add_argument("--report", type=Path, required=True)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     os.environ["DATABASE_URL"] = database.server_url(args.database)
     os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
     os.environ.setdefault("SECRET_KEY", "scale-bench-only")
@@ -220,7 +224,3 @@ async def burst(streams: int) -> dict[str, Any]:
         "rows_per_second": len(items) / seconds,
         "spilled": writer.spilled_total,
     }
-
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,5 @@
-"""`python -m bench.scale`: see the package's docstring."""
+"""`python -m bench scale`: its flags, the fill, the measurements and the report (the package's
+docstring says what each is)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import statistics
 from dataclasses import asdict
 from datetime import datetime, timedelta
 
+from bench.commands import program
 from bench.harness.results import recorded
 
 from . import __doc__ as package_doc
@@ -17,8 +19,10 @@ from . import database
 GB = 1e9
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=(package_doc or "").splitlines()[0])
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(
+        prog=program(__name__), description=(package_doc or "").splitlines()[0]
+    )
     parser.add_argument("--runs", type=int, default=10_000_000)
     parser.add_argument("--chunks-per-run", type=float, default=10.0, help="on average")
     parser.add_argument("--days", type=int, default=60)
@@ -42,7 +46,7 @@ def main() -> None:
         action="store_true",
         help="leave the server's autovacuum setting as it is (else on while measuring)",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with recorded("scale", f"The run store at scale: {args.runs:,} runs over {args.days} days"):
         run(args)
     if args.drop:
@@ -245,6 +249,3 @@ def _save_meta(conn, meta: dict) -> None:  # type: ignore[no-untyped-def]
     conn.execute("CREATE TABLE IF NOT EXISTS bench_scale_meta (meta jsonb)")
     conn.execute("DELETE FROM bench_scale_meta")
     conn.execute("INSERT INTO bench_scale_meta VALUES (%s)", [Jsonb(meta)])
-
-
-main()
