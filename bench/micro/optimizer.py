@@ -22,7 +22,7 @@ from typing import Any
 from bench.commands import program
 from bench.harness.results import recorded
 from bench.harness.stats import percentile
-from gateway.optimizer import optimize
+from gateway.optimizer import OptimizerReport, optimize
 
 TARGET_MEDIAN_US = 5_000
 TOOL_RESULTS = 50
@@ -123,17 +123,22 @@ def main(argv: list[str]) -> None:
     args = parser.parse_args(argv)
 
     messages = agent_prompt()
-    run = {
-        "deployment_mode": "on",
-        "organization_default": "on",
-        "requested": ("json-tool-blocks", "collapse-spaces"),
-    }
+
+    def run() -> OptimizerReport:
+        _, report = optimize(
+            messages,
+            deployment_mode="on",
+            organization_default="on",
+            requested=("json-tool-blocks", "collapse-spaces"),
+        )
+        return report
+
     for _ in range(10):  # warm up: regex caches, allocator
-        optimize(messages, **run)
+        run()
     elapsed = []
     report = None
     for _ in range(args.iterations):
-        _, report = optimize(messages, **run)
+        report = run()
         elapsed.append(report.elapsed_us)
     assert report is not None
 

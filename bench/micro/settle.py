@@ -46,7 +46,6 @@ import subprocess
 import sys
 import time
 from decimal import Decimal
-from typing import Any
 
 DATABASE = "mortar_bench_settle"
 os.environ["DATABASE_URL"] = f"postgres://postgres@127.0.0.1:5432/{DATABASE}"
@@ -101,29 +100,28 @@ async def held(key: ApiKey, count: int) -> list[HeldBudget]:
     """`count` holds, as many requests would have taken them (in batches of 32), of one kind:
     a worker's first hold of a budget goes to the ledger whatever the budget's size (it tells
     how much room there is for slices), so one is taken and settled before them, not counted."""
-    first = await hold_for(**_hold_arguments(key))
+    first = await new_hold(key)
     assert first is not None
     await settle(first)
     holds: list[HeldBudget] = []
     while len(holds) < count:
-        batch = await asyncio.gather(
-            *(hold_for(**_hold_arguments(key)) for _ in range(min(32, count - len(holds))))
-        )
+        batch = await asyncio.gather(*(new_hold(key) for _ in range(min(32, count - len(holds)))))
         for hold in batch:
             assert hold is not None
             holds.append(hold)
     return holds
 
 
-def _hold_arguments(key: ApiKey) -> dict[str, Any]:
-    return {
-        "run_id": "chatcmpl-" + secrets.token_hex(12),
-        "key": key,
-        "prompt_tokens": PROMPT,
-        "max_tokens": MAX_TOKENS,
-        "prices": PRICES,
-        "total_timeout_s": 600.0,
-    }
+async def new_hold(key: ApiKey) -> HeldBudget | None:
+    """A request's hold, as the pipeline takes it."""
+    return await hold_for(
+        run_id="chatcmpl-" + secrets.token_hex(12),
+        key=key,
+        prompt_tokens=PROMPT,
+        max_tokens=MAX_TOKENS,
+        prices=PRICES,
+        total_timeout_s=600.0,
+    )
 
 
 async def settle(hold: HeldBudget) -> None:

@@ -29,7 +29,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
 os.environ.setdefault("MORTAR_REDIS_PREFIX", "bench-telemetry")
 if os.environ.get("BENCH_NO_HIREDIS"):
-    # Hide hiredis from redis-py, to see what it saves (the pipelined connection needs it).
+    # Hide hiredis from redis-py, to see what it saves (the pipelined connection needs it). A
+    # None in sys.modules makes its import fail, which typeshed's modules-only dict leaves out.
     sys.modules["hiredis"] = None  # type: ignore[assignment]
 
 import django
@@ -116,9 +117,13 @@ async def run(requests: int, concurrency: int, real: bool) -> tuple[float, float
 async def measure_all(args: argparse.Namespace) -> None:
     await live_generations().start()
     layer = get_channel_layer()
-    if args.dashboard:
-        channel = await layer.new_channel()
-        await layer.group_add(DASHBOARD_GROUP, channel)
+    if args.dashboard and layer is None:
+        raise SystemExit("--dashboard needs a channel layer (CHANNEL_LAYERS)")
+    dashboard = layer if args.dashboard else None
+    channel = ""
+    if dashboard is not None:
+        channel = await dashboard.new_channel()
+        await dashboard.group_add(DASHBOARD_GROUP, channel)
     await run(500, 8, True)  # warm up: connections, imports
     for concurrency in args.concurrency:
         results = []
@@ -133,9 +138,9 @@ async def measure_all(args: argparse.Namespace) -> None:
             f"(rounds: {', '.join(f'{r[0]:.1f}' for r in results)}); "
             f"register p50 {statistics.median(registers) * 1e6:.1f} µs"
         )
-    if args.dashboard:
-        await layer.group_discard(DASHBOARD_GROUP, channel)
-        await layer.flush()
+    if dashboard is not None:
+        await dashboard.group_discard(DASHBOARD_GROUP, channel)
+        await dashboard.flush()
 
 
 def main(argv: list[str]) -> None:

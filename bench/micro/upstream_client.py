@@ -37,7 +37,6 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 from bench.commands import program
 
@@ -65,7 +64,9 @@ def pinned(core: int) -> list[str]:
 # -- the candidates, each in its own process ---------------------------------------------------
 
 
-def one_request(candidate: str, base_url: str) -> tuple[Callable[[], Awaitable[None]], Any]:
+def one_request(
+    candidate: str, base_url: str
+) -> tuple[Callable[[], Awaitable[None]], Callable[[], Awaitable[None]]]:
     """A function sending one request the candidate's way, and what to close at the end."""
     import aiohttp
     import httpx

@@ -33,7 +33,7 @@ django.setup()
 
 from bench.commands import program  # noqa: E402
 from bench.harness.results import recorded  # noqa: E402
-from gateway.pipeline.surface import CHAT_COMPLETIONS, MESSAGES  # noqa: E402
+from gateway.pipeline.surface import CHAT_COMPLETIONS, MESSAGES, Surface  # noqa: E402
 
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
 SYSTEM = "You are a concise assistant for an inference platform."
@@ -185,7 +185,12 @@ BODIES = {
 }
 
 
-def per_request_us(validators: list[Callable[[], Any]], rounds: int) -> list[float]:
+def validating(surface: Surface, body: bytes) -> Callable[[], object]:
+    """A call that validates `body` once, as the surface's validate step does."""
+    return lambda: surface.validate(body)
+
+
+def per_request_us(validators: list[Callable[[], object]], rounds: int) -> list[float]:
     """For each validator, the best round's CPU µs to validate its body once.
 
     Rounds alternate between the validators, so load from other processes falls on each alike;
@@ -217,10 +222,7 @@ def main(argv: list[str]) -> None:
             as_message = MESSAGES.validate(message)
             assert len(as_chat.messages) == len(as_message.messages), label
             chat_us, message_us = per_request_us(
-                [
-                    lambda body=chat: CHAT_COMPLETIONS.validate(body),
-                    lambda body=message: MESSAGES.validate(body),
-                ],
+                [validating(CHAT_COMPLETIONS, chat), validating(MESSAGES, message)],
                 args.rounds,
             )
             print(

@@ -22,6 +22,7 @@ import time
 from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
+from functools import partial
 from typing import TYPE_CHECKING
 
 from bench.commands import program
@@ -86,6 +87,7 @@ def main(argv: list[str]) -> None:
 
     organization = Organization.objects.get(name="bench-org-07")
     key = ApiKey.objects.filter(organization=organization).first()
+    assert key is not None, "the seed gives every organization keys"
     middle = Run.objects.order_by("-accepted_at", "-id").values("accepted_at", "id")[count // 2]
     deep = Cursor(accepted_at=middle["accepted_at"], run_id=middle["id"])
     cases: list[Case] = [
@@ -192,7 +194,7 @@ def time_the_list(count: int, cases: list[Case], organization: Organization) -> 
     print(f"{count:,} runs in {BENCH_DB}; median of {TRIES} tries, 50 rows a page")
     worst = 0.0
     for label, filters, before in cases:
-        ms = median_ms(lambda f=filters, b=before: runs_page(f, before=b), TRIES)
+        ms = median_ms(partial(runs_page, filters, before=before), TRIES)
         worst = max(worst, ms)
         print(f"  {label:<40} {ms:8.1f} ms")
 

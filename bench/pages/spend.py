@@ -20,6 +20,7 @@ import argparse
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 
 from bench.commands import program
 from bench.harness.results import recorded
@@ -121,15 +122,12 @@ def time_the_page(count: int) -> None:
             print(f"last {span.days or 1} {'days' if span.days else 'day'}, {who}:")
             top = usage_by(filters, "end_user")
             cases: list[tuple[str, Callable[[], object]]] = [
-                ("totals", lambda f=filters: spend_totals(f)),
-                ("top end users (5,000)", lambda f=filters: usage_by(f, "end_user")),
-                ("top keys", lambda f=filters: usage_by(f, "key")),
-                (
-                    "end-user spend over time",
-                    lambda f=filters, t=top: spend_chart(f, "end_user", t),
-                ),
-                ("errors by code", lambda f=filters: errors_by_code(f)),
-                ("latency histogram", lambda f=filters: histogram(f, "latency")),
+                ("totals", partial(spend_totals, filters)),
+                ("top end users (5,000)", partial(usage_by, filters, "end_user")),
+                ("top keys", partial(usage_by, filters, "key")),
+                ("end-user spend over time", partial(spend_chart, filters, "end_user", top)),
+                ("errors by code", partial(errors_by_code, filters)),
+                ("latency histogram", partial(histogram, filters, "latency")),
             ]
             for label, action in cases:
                 ms = median_ms(action, TRIES)
@@ -139,6 +137,6 @@ def time_the_page(count: int) -> None:
     client = Client(HTTP_HOST="127.0.0.1")
     client.force_login(User.objects.get(username="bench-staff"))
     for query in ("range=24h", "range=30d", f"range=30d&organization={organization.pk}"):
-        ms = median_ms(lambda q=query: client.get(f"/dashboard/spend/?{q}"), TRIES)
+        ms = median_ms(partial(client.get, f"/dashboard/spend/?{query}"), TRIES)
         print(f"whole page /dashboard/spend/?{query}: {ms:.0f} ms")
     print(f"slowest query: {worst:.1f} ms")

@@ -9,6 +9,9 @@ import os
 import statistics
 from dataclasses import asdict
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, TypedDict
+
+import psycopg
 
 from bench.commands import program
 from bench.harness.results import recorded
@@ -16,7 +19,26 @@ from bench.harness.results import recorded
 from . import __doc__ as package_doc
 from . import database
 
+if TYPE_CHECKING:
+    from .database import Layout, TableBytes
+    from .fill import Plan
+    from .page_timings import Timed
+    from .upkeep import Dropped, VacuumState
+    from .writer_load import SteadyReport
+
 GB = 1e9
+
+
+class Meta(TypedDict, total=False):
+    """What the fill leaves in its database (bench_scale_meta), for `--keep` to measure again."""
+
+    empty_writer: list[float]  # the writer's rows/s on the empty store, before the fill
+    runs: int
+    days: int
+    chunks_per_run: float
+    end: str
+    filled: dict[str, float]  # fill.Filled's fields
+    rollup_seconds: float
 
 
 def main(argv: list[str]) -> None:
@@ -65,7 +87,7 @@ def run(args: argparse.Namespace) -> None:
     database.setup_django()
     with database.connect() as conn:
         layout = database.layout(conn)
-        meta = _meta(conn) if kept else {}
+        meta: Meta = _meta(conn) if kept else {}
     print(f"database {database.NAME}: {'day partitions' if layout.partitioned else 'plain tables'}")
     if not kept:
         fill.owners()
@@ -118,11 +140,9 @@ def run(args: argparse.Namespace) -> None:
     measure(args, the_plan, meta, layout)
 
 
-def measure(args: argparse.Namespace, the_plan: object, meta: dict, layout: object) -> None:
+def measure(args: argparse.Namespace, the_plan: Plan, meta: Meta, layout: Layout) -> None:
     from . import page_timings, replay_ttfb, upkeep
-    from .fill import Plan
 
-    assert isinstance(the_plan, Plan)
     with database.connect() as conn:
         sizes = [database.table_bytes(conn, t) for t in (database.RUN_TABLE, database.CHUNK_TABLE)]
         db_bytes = database.database_bytes(conn)
@@ -180,7 +200,18 @@ def measure(args: argparse.Namespace, the_plan: object, meta: dict, layout: obje
     report(args, meta, sizes, timed, dropped, before, after, steady, empty, full)
 
 
-def report(args, meta, sizes, timed, dropped, before, after, steady, empty, full) -> None:  # type: ignore[no-untyped-def]
+def report(
+    args: argparse.Namespace,
+    meta: Meta,
+    sizes: list[TableBytes],
+    timed: list[Timed],
+    dropped: Dropped,
+    before: VacuumState,
+    after: VacuumState,
+    steady: SteadyReport,
+    empty: float,
+    full: float,
+) -> None:
     from .upkeep import DROP_TARGET_S, WRITER_TOLERANCE
 
     print(
@@ -236,14 +267,15 @@ def _load() -> str:
     return " ".join(open("/proc/loadavg").read().split()[:3])
 
 
-def _meta(conn) -> dict:  # type: ignore[no-untyped-def]
+def _meta(conn: psycopg.Connection) -> Meta:
     row = conn.execute("SELECT meta FROM bench_scale_meta").fetchone()
     if row is None:
         raise SystemExit("--keep: the database was never filled")
-    return dict(row[0])
+    meta: Meta = row[0]
+    return meta
 
 
-def _save_meta(conn, meta: dict) -> None:  # type: ignore[no-untyped-def]
+def _save_meta(conn: psycopg.Connection, meta: Meta) -> None:
     from psycopg.types.json import Jsonb
 
     conn.execute("CREATE TABLE IF NOT EXISTS bench_scale_meta (meta jsonb)")

@@ -32,12 +32,17 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import psycopg
 
 from bench.commands import program
 from bench.harness.results import recorded
+
+if TYPE_CHECKING:
+    from telemetry.store.items import WriterItem
+
+    from .writer_load import RunMaker
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 STREAMS_PER_BATCH = 80
@@ -114,19 +119,19 @@ def wal_lsn(conn: psycopg.Connection) -> int:
     return int(got[0]) if got else 0
 
 
-def batches(maker: Any, requests: int, *, stream: bool) -> list[list[Any]]:
+def batches(maker: RunMaker, requests: int, *, stream: bool) -> list[list[WriterItem]]:
     """The writer's batches for `requests` requests, as the gateway fills them."""
     from telemetry.store.items import ChunkSent
 
-    made: list[list[Any]] = []
+    made: list[list[WriterItem]] = []
     if stream:
-        closes: list[Any] = []
+        closes: list[WriterItem] = []
         for _ in range(0, requests, STREAMS_PER_BATCH):
-            batch: list[Any] = []
-            later = []
+            batch: list[WriterItem] = []
+            later: list[WriterItem] = []
             for _ in range(STREAMS_PER_BATCH):
-                *rows, closed = maker.rows(datetime.now(UTC))
-                batch += rows
+                opened, chunks, closed = maker.run(datetime.now(UTC))
+                batch += [opened, *chunks]
                 later.append(closed)
             made.append(batch + closes)
             closes = later
@@ -135,7 +140,7 @@ def batches(maker: Any, requests: int, *, stream: bool) -> list[list[Any]]:
     for _ in range(0, requests, JSON_PER_BATCH):
         batch = []
         for _ in range(JSON_PER_BATCH):
-            opened, first, *_, closed = maker.rows(datetime.now(UTC))
+            opened, (first, *_), closed = maker.run(datetime.now(UTC))
             body = (
                 b'{"id":"%s","object":"chat.completion","created":1733000000,"model":"%s",'
                 b'"choices":[{"index":0,"message":{"role":"assistant","content":"%s"},'
