@@ -15,7 +15,7 @@ ENTRY = "python -m bench"
 @dataclass(frozen=True)
 class Command:
     name: str  # what follows `python -m bench`: one word, or a group's and its own
-    module: str
+    module: str  # whose `main(argv)` runs it, given the arguments after the name
     question: str
     options: str = ""  # the ones worth knowing; `--help` lists them all
     result: str = ""  # under bench/results/
