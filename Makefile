@@ -135,32 +135,33 @@ test-embedded: install chromium
 	MORTAR_TEST_BACKENDS=embedded $(BIN)/python -m pytest -m "not postgres and not redis and not llamacpp" \
 		$(PYTEST_XDIST) $(PYTEST_ARGS)
 
-## bench: the harness (bench/run.py, bench/harness/): Mortar beside LiteLLM and the mock model
-## server on chat completions, Mortar on Anthropic's Messages too, and Mortar with two workers,
-## 3 interleaved rounds, about 18 minutes (needs wrk, Postgres, Redis; LiteLLM's venv is
-## installed under bench/ the first time); its report is bench/results/latest.md. Then the run
-## writer's crash log: CPU per chunk appended (bench/micro/chunklog.py, a few seconds), and the
-## settlement of a budget hold when a response ends: CPU per request (bench/micro/settle.py,
-## under a minute).
+## bench: the load comparison (`python -m bench load`, bench/harness/): Mortar beside LiteLLM
+## and the mock model server on chat completions, Mortar on Anthropic's Messages too, and Mortar
+## with two workers, 3 interleaved rounds, about 18 minutes (needs wrk, Postgres, Redis;
+## LiteLLM's venv is installed under bench/ the first time); its report is
+## bench/results/latest.md. Then the run writer's crash log: CPU per chunk appended
+## (`python -m bench micro chunklog`, a few seconds), and the settlement of a budget hold when a
+## response ends: CPU per request (`python -m bench micro settle`, under a minute).
 ## Before/after in one run: BENCH_ARGS='--baseline REF' also serves Mortar at git revision REF
 ## (a temporary worktree, same venv) interleaved with the working tree; add --no-litellm to skip
 ## LiteLLM, --quick for one short round, --no-scaling to skip Mortar with two workers (~1.5 min).
-## `bench/run.py --help` lists the other benchmarks in bench/, each with its question.
+## `python -m bench --help` lists every benchmark in bench/, each with its question.
 bench: install
 	command -v wrk >/dev/null || (apt-get update && apt-get install -y wrk)
-	$(BIN)/python bench/run.py $(BENCH_ARGS)
-	$(BIN)/python -m bench.micro.chunklog
-	$(BIN)/python -m bench.micro.settle
+	$(BIN)/python -m bench load $(BENCH_ARGS)
+	$(BIN)/python -m bench micro chunklog
+	$(BIN)/python -m bench micro settle
 
 ## bench-scale: the run store at 10,000,000 runs and 100,000,000 chunks over 60 days of day
-## partitions (bench/scale/): fills its own database `mortar_bench_scale` (dropped and made again;
-## ~60 GB, about an hour on 2 cores), then times the runs list, search and each filter, a run's
-## page, Spend over 30 days, replay's first byte, dropping a day, autovacuum and the writer's
-## rows/s, with the writer storing 20,000 rows/s meanwhile; writes bench/results/scale.md.
-## BENCH_SCALE_ARGS='--runs 100000' for a quick one (a minute or two), '--keep' to measure again
-## without refilling, '--drop' to drop the database at the end.
+## partitions (`python -m bench scale`, bench/scale/): fills its own database
+## `mortar_bench_scale` (dropped and made again; ~60 GB, about an hour on 2 cores), then times
+## the runs list, search and each filter, a run's page, Spend over 30 days, replay's first byte,
+## dropping a day, autovacuum and the writer's rows/s, with the writer storing 20,000 rows/s
+## meanwhile; writes bench/results/scale.md. BENCH_SCALE_ARGS='--runs 100000' for a quick one
+## (a minute or two), '--keep' to measure again without refilling, '--drop' to drop the
+## database at the end.
 bench-scale: install
-	$(BIN)/python -m bench.scale $(BENCH_SCALE_ARGS)
+	$(BIN)/python -m bench scale $(BENCH_SCALE_ARGS)
 
 ## lint: the docs site built strict, no citation a reader cannot follow, ruff, the types (mypy
 ## with django-stubs, [tool.mypy]) and the layers between apps

@@ -20,7 +20,7 @@ a read and a write (14 M instructions a stream, against 37 M one at a time, at 4
 one-at-a-time count still moves by up to 20% between runs: the run writer's thread batches rows
 by time; the event loop's thread alone repeats to a few percent.
 
-    .venv/bin/python -m bench.instructions [--baseline REF | --unmetered] [--requests N]
+    .venv/bin/python -m bench instructions [--baseline REF | --unmetered] [--requests N]
 
 (`--unmetered`: beside the working tree's Mortar, whose organization and key have budgets and
 rate limits, the same tree without them — what the checks cost; both price the model.)
@@ -44,6 +44,7 @@ from pathlib import Path
 
 import httpx
 
+from bench.commands import program
 from bench.harness.baseline import Baseline, baseline_checked_out
 from bench.harness.constants import LOGS, MODEL, RESULTS
 from bench.harness.metrics import TIMES
@@ -209,8 +210,8 @@ def render(results: dict[str, dict[str, float]], names: list[str], requests: int
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog=program(__name__), description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline", metavar="REF", help="also count Mortar at this revision")
     parser.add_argument(
         "--unmetered",
@@ -218,7 +219,7 @@ def main() -> None:
         help="instead of a baseline: the working tree without budgets or rate limits (priced)",
     )
     parser.add_argument("--requests", type=int, default=320, help="per load (default 320)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     RESULTS.mkdir(exist_ok=True)
     LOGS.mkdir(exist_ok=True)
     processes = Processes()
@@ -265,7 +266,3 @@ def main() -> None:
         )
     )
     print(report)
-
-
-if __name__ == "__main__":
-    main()

@@ -8,7 +8,7 @@ server-sent events it received. At the end the writer is given time to drain, an
 counts the chunk rows stored for those runs: they must equal the events received. The worker's
 resident memory is sampled at the start, every minute, and at the end.
 
-    .venv/bin/python -m bench.soak [--minutes 10] [--connections 32]
+    .venv/bin/python -m bench soak [--minutes 10] [--connections 32]
 
 Writes bench/results/soak.md and soak.json.
 """
@@ -26,6 +26,7 @@ from pathlib import Path
 import httpx
 import psycopg
 
+from bench.commands import program
 from bench.harness.constants import LOAD_CORE, MODEL, RESULTS
 from bench.harness.mortar import UNMETERED, mortar_sources
 from bench.harness.processes import Processes
@@ -83,11 +84,11 @@ def stored_chunks(database_url: str, run_ids: list[str]) -> tuple[int, int]:
     return row[0], row[1]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog=program(__name__), description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--connections", type=int, default=32)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     os.sched_setaffinity(0, {int(LOAD_CORE)})
     RESULTS.mkdir(exist_ok=True)
     processes = Processes()
@@ -138,7 +139,3 @@ def main() -> None:
     )
     (RESULTS / "soak.md").write_text(text)
     print(text)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,16 +1,19 @@
 """The benchmark harness's own pieces: the one percentile bench/ reports, the Messages
-scenarios (their requests, which targets they are measured on, their verdict and report), and
-the summary of a profile."""
+scenarios (their requests, which targets they are measured on, their verdict and report), the
+summary of a profile, and `python -m bench`, the one way in to every benchmark."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+from bench.commands import COMMANDS
 from bench.harness.cli import summarize
 from bench.harness.constants import BENCH
-from bench.harness.index import BENCHMARKS
 from bench.harness.markdown import NONE
 from bench.harness.profile_summary import summarize as summarize_profile
 from bench.harness.report import render
@@ -212,32 +215,65 @@ def test_a_profile_is_summed_up_by_where_its_working_samples_go(tmp_path: Path) 
     assert "| wait: idle worker thread (queue.get) | 10.0% |" in text
 
 
-def test_the_index_lists_every_benchmark_beside_the_harness() -> None:
-    programs = {path.name for path in BENCH.glob("*.py")} - {"run.py"}
-    for folder in ("micro", "pages"):
-        programs |= {
-            f"{folder}/{path.name}"
-            for path in (BENCH / folder).glob("*.py")
-            if path.name not in ("__init__.py", "seed.py")
-        }
-        programs |= {
-            f"{folder}/{path.parent.name}/" for path in (BENCH / folder).glob("*/__main__.py")
-        }
+def _bench_modules() -> list[Path]:
+    """bench/'s own modules, not those of the virtual environment it installs LiteLLM in."""
+    return [
+        path
+        for path in BENCH.rglob("*.py")
+        if not any(part.startswith(".") for part in path.relative_to(BENCH).parts)
+    ]
 
-    # A benchmark package of its own (`python -m bench.<name>`), and its modules that run alone.
-    for main in BENCH.glob("*/__main__.py"):
-        package = main.parent
-        if package.name in ("harness", "micro", "pages"):
-            continue
-        programs.add(f"{package.name}/")
-        programs |= {
-            f"{package.name}/{path.name}"
-            for path in package.glob("*.py")
-            if path.name != "__main__.py" and 'if __name__ == "__main__":' in path.read_text()
-        }
 
-    # Started by `python -m bench.scale` itself (the writer in a process of its own).
-    programs -= {"scale/writer_load.py"}
+def test_every_program_in_bench_is_a_command_of_python_m_bench() -> None:
+    programs = {
+        ".".join(path.relative_to(BENCH.parent).with_suffix("").parts)
+        for path in _bench_modules()
+        if "\ndef main(argv: list[str]) -> None:" in path.read_text()
+    }
 
-    assert programs == {b.path for b in BENCHMARKS} - {"harness/profile_summary.py"}
-    assert all((BENCH / b.path).exists() for b in BENCHMARKS)
+    assert programs == {command.module for command in COMMANDS}
+    assert len({command.name for command in COMMANDS}) == len(COMMANDS)
+
+
+def test_python_m_bench_is_the_one_way_in() -> None:
+    modules = [path for path in _bench_modules() if path.name != "__init__.py"]
+    names = [path.name for path in modules]
+
+    assert sorted({name for name in names if names.count(name) > 1}) == []
+    assert [path for path in modules if path.name == "__main__.py"] == [BENCH / "__main__.py"]
+    assert [path for path in modules if '__name__ == "__main__"' in path.read_text()] == []
+
+
+def test_help_lists_every_command_and_each_command_has_its_own() -> None:
+    """Run as a user runs them: a process each, from the repository's root."""
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+
+    def bench(*argv: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "bench", *argv],
+            cwd=BENCH.parent,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    overview = bench("--help")
+    helps = {command.name: bench(*command.words, "--help") for command in COMMANDS}
+    try:
+        text, _ = overview.communicate(timeout=60)
+        outcomes = {name: (p.communicate(timeout=90), p.returncode) for name, p in helps.items()}
+    finally:
+        for process in [overview, *helps.values()]:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+    assert overview.returncode == 0
+    words = " ".join(text.split())
+    for command in COMMANDS:
+        assert f"\n  {command.name}\n" in text
+        assert " ".join(command.question.split()) in words
+    for name, ((out, err), returncode) in outcomes.items():
+        assert returncode == 0, (name, err[-2000:])
+        assert out.startswith(f"usage: python -m bench {name} "), (name, out[:200])

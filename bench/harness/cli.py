@@ -11,13 +11,14 @@ import os
 import shutil
 import signal
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from bench.commands import program
 
 from .baseline import Baseline, baseline_checked_out
 from .checks import check_target
@@ -31,10 +32,9 @@ from .constants import (
     SLOW_RAMP_S,
 )
 from .cpu import wait_for_quiet_machine
-from .index import epilog
 from .litellm import ensure_litellm
 from .load import run_wrk
-from .measure import measure, wait_quiet
+from .measurement import measure, wait_quiet
 from .metrics import cpu_table, medians, mortar_per_request, target_names
 from .mortar import TWO_WORKERS, UNMETERED, mortar_sources
 from .processes import Processes
@@ -52,11 +52,11 @@ from .verdicts import (
 )
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
+        prog=program(__name__),
         description="Benchmark Mortar beside LiteLLM and the mock model server (make bench).",
-        epilog=epilog(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="`python -m bench --help` lists the other benchmarks.",
     )
     parser.add_argument("--quick", action="store_true", help="one short round (a smoke run)")
     parser.add_argument("--rounds", type=int, default=3)
@@ -120,7 +120,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str]) -> None:
     args = parse_args(argv)
     if args.render:
         report = summarize(json.loads(args.render.read_text()))
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> None:
                     "quick": args.quick,
                     "rounds": args.rounds,
                     "duration_s": args.duration,
-                    "argv": sys.argv[1:] if argv is None else argv,
+                    "argv": argv,
                     "machine": machine,
                     "baseline": _baseline_info(baseline),
                     "background_cores_before": background[-1],

@@ -1,5 +1,6 @@
 """The load generators, run from the load core: wrk for throughput, the asyncio client
-(bench/harness/loadgen/) for gaps between chunks and one-connection latency."""
+(bench/harness/loadgen/, as `python -m bench loadgen`) for gaps between chunks and
+one-connection latency."""
 
 from __future__ import annotations
 
@@ -54,7 +55,8 @@ def load_command(target: Target, scenario: Scenario, tmp: Path, seconds: float) 
         LOAD_CORE,
         PYTHON,
         "-m",
-        "bench.harness.loadgen",
+        "bench",
+        "loadgen",
         scenario.kind,
         "--url",
         target.url_for(scenario),

@@ -3,10 +3,10 @@
 Each working sample is charged to the first category (in priority order) that any frame of its
 stack matches, so the shares add up to 100%; a stack matching none is "other". Waiting
 (a worker thread idle on its queue, the writer thread waiting on Postgres) is split out, so
-what remains is the work on Mortar's one core. `bench/run.py --profile` writes the summary of
-the profiles it records to bench/results/profile-summary.md; by hand:
+what remains is the work on Mortar's one core. `python -m bench load --profile` writes the
+summary of the profiles it records to bench/results/profile-summary.md; by hand:
 
-    .venv/bin/python -m bench.harness.profile_summary bench/results/profile-json-32.txt [...]
+    .venv/bin/python -m bench profile-summary bench/results/profile-json-32.txt [...]
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import collections
 import re
 import sys
 from pathlib import Path
+
+from bench.commands import program
 
 # (category, frame pattern), checked from the leaf up; the first frame that matches wins.
 WAITS = [
@@ -192,12 +194,8 @@ def summaries(paths: list[Path]) -> str:
     return "\n".join(summarize(path) for path in paths)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog=program(__name__), description=__doc__.splitlines()[0])
     parser.add_argument("profiles", nargs="+", type=Path)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     sys.stdout.write(summaries(args.profiles))
-
-
-if __name__ == "__main__":
-    main()

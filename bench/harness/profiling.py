@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -17,7 +18,7 @@ from typing import Any
 
 from .constants import LOAD_CORE, PYTHON, RESULTS, ROOT
 from .load import load_command, load_env
-from .measure import wait_quiet
+from .measurement import wait_quiet
 from .profile_summary import summaries
 from .scenarios import Scenario
 from .targets import Bench
@@ -92,7 +93,7 @@ def write_summary(paths: list[Path], started: datetime, duration: float) -> None
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()
-    command = " ".join(["bench/run.py", *sys.argv[1:]])
+    command = shlex.join(["python", *sys.orig_argv[1:]])
     header = (
         f"Recorded {started:%Y-%m-%d %H:%M} UTC at {commit} (`{command}`; py-spy at 100 Hz, "
         f"{duration:g} s from 2 s after the load starts, 4 s for the slow streams).\n\n"

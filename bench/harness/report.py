@@ -240,11 +240,11 @@ def render(report: dict[str, Any]) -> str:
             ]
     lines += _spills(report["runs"])
     if before or not litellm:
-        command = " ".join(["bench/run.py", *report.get("argv", [])])
+        command = " ".join(["-m bench load", *report.get("argv", [])])
         reproduce = f"Reproduce: `.venv/bin/python {command}`."
     else:
         reproduce = (
-            "Reproduce: `make bench` (or `.venv/bin/python bench/run.py --quick` for one short "
+            "Reproduce: `make bench` (or `.venv/bin/python -m bench load --quick` for one short "
             "round)."
         )
     lines += ["", reproduce + " Raw numbers: bench/results/latest.json.", ""]

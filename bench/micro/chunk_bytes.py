@@ -1,7 +1,7 @@
 """Bytes per stored chunk: the chunk table's heap, indexes and TOAST over the chunks of 20-chunk
 streams, written by the run writer's own COPY, after VACUUM.
 
-`python -m bench.micro.chunk_bytes [--baseline DIR]` measures the working tree, and with
+`python -m bench micro chunk-bytes [--baseline DIR]` measures the working tree, and with
 `--baseline` the same in another checkout (`git archive <commit> | tar -x -C DIR`), each in a
 database of its own that it migrates and drops; it writes bench/results/chunk-bytes.md.
 
@@ -19,11 +19,27 @@ import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
+
+# For the type checker only: the checkout `_in_tree` loads this file in may name them otherwise.
+if TYPE_CHECKING:
+    from telemetry.store.fields import RunFields
+    from telemetry.store.postgres import Chunk
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = "postgres://postgres@127.0.0.1:5432"
 RESULT = ROOT / "bench" / "results" / "chunk-bytes.md"
+
+
+class Sizes(TypedDict):
+    """The chunks written, their events' average length, and the chunk table's bytes."""
+
+    chunks: int
+    event_bytes: float
+    heap: int
+    indexes: int
+    toast_and_maps: int
+    total: int
 
 
 def _event(run_id: str, seq: int, chunks: int) -> bytes:
@@ -46,7 +62,7 @@ def _event(run_id: str, seq: int, chunks: int) -> bytes:
     return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
 
 
-def measure(runs: int, chunks: int, database: str) -> dict[str, Any]:
+def measure(runs: int, chunks: int, database: str) -> Sizes:
     """Fill a fresh database with `runs` streams through the run writer; the chunk table's size."""
     import psycopg
 
@@ -74,7 +90,8 @@ def measure(runs: int, chunks: int, database: str) -> dict[str, Any]:
         start = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
         written = 0
         for first in range(0, runs, 500):
-            new_runs, rows = [], []
+            new_runs: list[RunFields] = []
+            rows: list[Chunk] = []
             for n in range(first, min(first + 500, runs)):
                 run_id = f"chatcmpl-{n:024x}"
                 new_runs.append(
@@ -94,7 +111,7 @@ def measure(runs: int, chunks: int, database: str) -> dict[str, Any]:
             with transaction.atomic():
                 postgres.write(
                     connection.connection,
-                    new_runs=new_runs,  # type: ignore[arg-type]
+                    new_runs=new_runs,
                     chunks=rows,
                     updates={},
                     replay=False,
@@ -112,14 +129,18 @@ def measure(runs: int, chunks: int, database: str) -> dict[str, Any]:
             ] or ["telemetry_runchunk"]
             heap = indexes = total = 0
             for leaf in leaves:
-                h, i, t = conn.execute(
+                sizes = conn.execute(
                     "SELECT pg_relation_size(%s), pg_indexes_size(%s), pg_total_relation_size(%s)",
                     [leaf, leaf, leaf],
                 ).fetchone()
+                assert sizes is not None
+                h, i, t = sizes
                 heap, indexes, total = heap + h, indexes + i, total + t
-            data = conn.execute(
+            average = conn.execute(
                 "SELECT avg(length(data))::float FROM telemetry_runchunk"
-            ).fetchone()[0]
+            ).fetchone()
+            assert average is not None
+            data: float = average[0]
         return {
             "chunks": written,
             "event_bytes": data,
@@ -136,34 +157,36 @@ def measure(runs: int, chunks: int, database: str) -> dict[str, Any]:
             admin.execute(f'DROP DATABASE IF EXISTS "{database}"')
 
 
-def _in_tree(tree: Path, runs: int, chunks: int, database: str) -> dict[str, Any]:
-    """`measure` run in another checkout, by this same file."""
+# This file's `measure`, loaded by its path: the other checkout's own bench/ may predate it.
+MEASURE_BY_PATH = """
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("chunk_bytes", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+print(json.dumps(module.measure(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])))
+"""
+
+
+def _in_tree(tree: Path, runs: int, chunks: int, database: str) -> Sizes:
+    """`measure` run in a checkout: its Mortar, this file's measuring."""
     output = subprocess.run(
-        [
-            sys.executable,
-            __file__,
-            "--measure",
-            "--runs",
-            str(runs),
-            "--chunks",
-            str(chunks),
-            "--database",
-            database,
-        ],
+        [sys.executable, "-c", MEASURE_BY_PATH, __file__, str(runs), str(chunks), database],
         cwd=tree,
         env={**os.environ, "PYTHONPATH": str(tree)},
         check=True,
         capture_output=True,
         text=True,
     ).stdout
-    return json.loads(output.strip().splitlines()[-1])
+    sizes: Sizes = json.loads(output.strip().splitlines()[-1])
+    return sizes
 
 
-def _line(label: str, m: dict[str, Any]) -> str:
-    per = {key: m[key] / m["chunks"] for key in ("heap", "indexes", "toast_and_maps", "total")}
+def _line(label: str, m: Sizes) -> str:
+    chunks = m["chunks"]
     return (
-        f"| {label} | {m['chunks']:,} | {m['event_bytes']:.0f} B | {per['heap']:.0f} B"
-        f" | {per['indexes']:.0f} B | {per['toast_and_maps']:.1f} B | **{per['total']:.0f} B** |"
+        f"| {label} | {chunks:,} | {m['event_bytes']:.0f} B | {m['heap'] / chunks:.0f} B"
+        f" | {m['indexes'] / chunks:.0f} B | {m['toast_and_maps'] / chunks:.1f} B"
+        f" | **{m['total'] / chunks:.0f} B** |"
     )
 
 
@@ -174,18 +197,18 @@ def _baseline_arguments(args: argparse.Namespace) -> str:
     return f" --baseline DIR{label}"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+def main(argv: list[str]) -> None:
+    # Not at the top: the checkout `_in_tree` loads this file in may have no bench.commands.
+    from bench.commands import program
+
+    parser = argparse.ArgumentParser(
+        prog=program(__name__), description=(__doc__ or "").splitlines()[0]
+    )
     parser.add_argument("--runs", type=int, default=5000)
     parser.add_argument("--chunks", type=int, default=20)
     parser.add_argument("--baseline", type=Path, help="a checkout of the code to compare with")
     parser.add_argument("--baseline-label", help="what the baseline is (its commit)")
-    parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--database", default="mortar_chunk_bytes", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.measure:
-        print(json.dumps(measure(args.runs, args.chunks, args.database)))
-        return
+    args = parser.parse_args(argv)
     lines = []
     if args.baseline:
         baseline = _in_tree(args.baseline, args.runs, args.chunks, "mortar_chunk_bytes_before")
@@ -199,7 +222,7 @@ def main() -> None:
         [
             "# Bytes per stored chunk",
             "",
-            f"`python -m bench.micro.chunk_bytes{_baseline_arguments(args)}`,"
+            f"`python -m bench micro chunk-bytes{_baseline_arguments(args)}`,"
             f" {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, Mortar {commit}: {args.runs:,} streams of"
             f" {args.chunks} chunks written by the run writer's COPY, after `VACUUM ANALYZE`;"
             " the chunk table's bytes (every partition's) divided by its rows.",
@@ -212,7 +235,3 @@ def main() -> None:
     )
     print(text)
     RESULT.write_text(text)
-
-
-if __name__ == "__main__":
-    main()

@@ -17,7 +17,7 @@ per chunk, less the loop's own, the best of three, on uvloop as the server runs.
 1) when the busy case is over budget or a segment is left behind. `make bench` runs it after the
 harness.
 
-    .venv/bin/python -m bench.micro.chunklog [--chunks 300000] [--per-pass 20]
+    .venv/bin/python -m bench micro chunklog [--chunks 300000] [--per-pass 20]
 
 Writes bench/results/chunklog.md.
 """
@@ -34,6 +34,7 @@ from pathlib import Path
 
 import uvloop
 
+from bench.commands import program
 from bench.harness.results import recorded
 from telemetry.store.chunklog import ChunkLog
 
@@ -78,11 +79,11 @@ def measure(directory: Path, chunks: int, per_pass: int) -> float:
     return min(results)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog=program(__name__), description=__doc__.split("\n")[0])
     parser.add_argument("--chunks", type=int, default=300_000)
     parser.add_argument("--per-pass", type=int, default=20)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     directory = Path(tempfile.mkdtemp(prefix="mortar-chunklog-bench-"))
     try:
         loaded = measure(directory, args.chunks, args.per_pass)
@@ -99,7 +100,3 @@ def main() -> None:
         )
         if loaded > BUDGET_US or left:
             sys.exit(1)
-
-
-if __name__ == "__main__":
-    main()

@@ -16,7 +16,7 @@ reports the process's CPU time per request (the best of three rounds):
 
 The run fails (exit 1) when the metrics are over budget.
 
-    .venv/bin/python -m bench.micro.observe [--requests 100000]
+    .venv/bin/python -m bench micro observe [--requests 100000]
 
 Writes bench/results/observe.md.
 """
@@ -30,7 +30,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -45,8 +45,10 @@ django.setup()
 
 from django.conf import settings  # noqa: E402
 
+from bench.commands import program  # noqa: E402
 from bench.harness.results import recorded  # noqa: E402
 from core import tracing  # noqa: E402
+from core.http.asgi import Receive, Scope, Send  # noqa: E402
 from core.http.cors import Cors  # noqa: E402
 from core.logs import JsonFormatter  # noqa: E402
 from gateway.contract import cors as api_cors  # noqa: E402
@@ -119,14 +121,17 @@ def traced_off() -> None:
 
 
 def cors_case(origin: bool, requests: int) -> float:
-    async def app(scope: dict, receive: object, send: Callable) -> None:  # type: ignore[type-arg]
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": []})
 
-    async def send(message: object) -> None:
+    async def receive() -> Mapping[str, object]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: Mapping[str, object]) -> None:
         pass
 
     cors = Cors(
-        app,  # type: ignore[arg-type]
+        app,
         ["*"],
         allow_headers=api_cors.REQUEST_HEADERS,
         allow_header_prefixes=api_cors.REQUEST_HEADER_PREFIXES,
@@ -137,27 +142,27 @@ def cors_case(origin: bool, requests: int) -> float:
 
     async def bare() -> None:
         for _ in range(requests):
-            await app(scope, None, send)
+            await app(scope, receive, send)
 
     async def wrapped() -> None:
         for _ in range(requests):
-            await cors(scope, None, send)  # type: ignore[arg-type]
+            await cors(scope, receive, send)
 
-    def timed(coro: Callable[[], object]) -> float:
+    def timed(coro: Callable[[], Coroutine[object, object, None]]) -> float:
         best = float("inf")
         for _ in range(3):
             started = time.process_time()
-            asyncio.run(coro())  # type: ignore[arg-type]
+            asyncio.run(coro())
             best = min(best, time.process_time() - started)
         return best
 
     return (timed(wrapped) - timed(bare)) / requests * 1_000_000
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog=program(__name__), description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=100_000)
-    requests = parser.parse_args().requests
+    requests: int = parser.parse_args(argv).requests
 
     metrics.metrics()  # made once, as at a worker's start
     results = {"metrics (multiprocess)": cpu_us(record_metrics, requests)}
@@ -181,8 +186,5 @@ def main() -> int:
         over = results["metrics (multiprocess)"] > BUDGET_US
         if over:
             print(f"metrics over budget: {BUDGET_US} µs")
-    return 1 if over else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    if over:
+        sys.exit(1)

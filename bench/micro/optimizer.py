@@ -5,7 +5,7 @@ fenced blocks, and column-aligned tables, each answering an assistant tool call 
 arguments are pretty-printed JSON. The optimizer runs in ``on`` mode with every pass; the
 target is a median ``elapsed_us`` under 5 ms (the run fails above it).
 
-    .venv/bin/python -m bench.micro.optimizer [--iterations N]
+    .venv/bin/python -m bench micro optimizer [--iterations N]
 
 Writes bench/results/optimizer.md.
 """
@@ -19,9 +19,10 @@ import statistics
 import sys
 from typing import Any
 
+from bench.commands import program
 from bench.harness.results import recorded
 from bench.harness.stats import percentile
-from gateway.optimizer import optimize
+from gateway.optimizer import OptimizerReport, optimize
 
 TARGET_MEDIAN_US = 5_000
 TOOL_RESULTS = 50
@@ -116,23 +117,28 @@ def agent_prompt(seed: int = 7) -> list[dict[str, Any]]:
     return messages
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog=program(__name__), description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=300)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     messages = agent_prompt()
-    run = {
-        "deployment_mode": "on",
-        "organization_default": "on",
-        "requested": ("json-tool-blocks", "collapse-spaces"),
-    }
+
+    def run() -> OptimizerReport:
+        _, report = optimize(
+            messages,
+            deployment_mode="on",
+            organization_default="on",
+            requested=("json-tool-blocks", "collapse-spaces"),
+        )
+        return report
+
     for _ in range(10):  # warm up: regex caches, allocator
-        optimize(messages, **run)
+        run()
     elapsed = []
     report = None
     for _ in range(args.iterations):
-        _, report = optimize(messages, **run)
+        report = run()
         elapsed.append(report.elapsed_us)
     assert report is not None
 
@@ -152,8 +158,5 @@ def main() -> int:
         print(f"header: {report.header()}")
         ok = median < TARGET_MEDIAN_US
         print(f"target median < {TARGET_MEDIAN_US} us: {'met' if ok else 'MISSED'}")
-    return 0 if ok else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    if not ok:
+        sys.exit(1)

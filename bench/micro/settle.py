@@ -26,7 +26,7 @@ Paced, every request's code runs after the loop slept: on the 2-core development
 few lines take 5 to 10 times their back-to-back CPU then (caches and the core's idle state),
 whatever they are; the charge alone, subtracted, runs just as cold.
 
-    .venv/bin/python -m bench.micro.settle [--requests 2000] [--rounds 5]
+    .venv/bin/python -m bench micro settle [--requests 2000] [--rounds 5]
         [--concurrency 1 32] [--paced-ms 3.5]
 
 Its own database (`mortar_bench_settle`, created and dropped again). Writes
@@ -46,7 +46,6 @@ import subprocess
 import sys
 import time
 from decimal import Decimal
-from typing import Any
 
 DATABASE = "mortar_bench_settle"
 os.environ["DATABASE_URL"] = f"postgres://postgres@127.0.0.1:5432/{DATABASE}"
@@ -63,6 +62,7 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
 from accounts.models import ApiKey, Organization  # noqa: E402
+from bench.commands import program  # noqa: E402
 from bench.harness.results import recorded  # noqa: E402
 from billing.costs import Prices, charge_for, usage_cost  # noqa: E402
 from billing.services import slices  # noqa: E402
@@ -100,29 +100,28 @@ async def held(key: ApiKey, count: int) -> list[HeldBudget]:
     """`count` holds, as many requests would have taken them (in batches of 32), of one kind:
     a worker's first hold of a budget goes to the ledger whatever the budget's size (it tells
     how much room there is for slices), so one is taken and settled before them, not counted."""
-    first = await hold_for(**_hold_arguments(key))
+    first = await new_hold(key)
     assert first is not None
     await settle(first)
     holds: list[HeldBudget] = []
     while len(holds) < count:
-        batch = await asyncio.gather(
-            *(hold_for(**_hold_arguments(key)) for _ in range(min(32, count - len(holds))))
-        )
+        batch = await asyncio.gather(*(new_hold(key) for _ in range(min(32, count - len(holds)))))
         for hold in batch:
             assert hold is not None
             holds.append(hold)
     return holds
 
 
-def _hold_arguments(key: ApiKey) -> dict[str, Any]:
-    return {
-        "run_id": "chatcmpl-" + secrets.token_hex(12),
-        "key": key,
-        "prompt_tokens": PROMPT,
-        "max_tokens": MAX_TOKENS,
-        "prices": PRICES,
-        "total_timeout_s": 600.0,
-    }
+async def new_hold(key: ApiKey) -> HeldBudget | None:
+    """A request's hold, as the pipeline takes it."""
+    return await hold_for(
+        run_id="chatcmpl-" + secrets.token_hex(12),
+        key=key,
+        prompt_tokens=PROMPT,
+        max_tokens=MAX_TOKENS,
+        prices=PRICES,
+        total_timeout_s=600.0,
+    )
 
 
 async def settle(hold: HeldBudget) -> None:
@@ -155,7 +154,7 @@ async def run(holds: list[HeldBudget], concurrency: int, real: bool, pause: floa
     return time.process_time() - before
 
 
-async def main(args: argparse.Namespace) -> bool:
+async def within_budget(args: argparse.Namespace) -> bool:
     await asyncio.to_thread(call_command, "migrate", verbosity=0)
     within = True
     print("settling a budget hold when the response ends, on Postgres; per request, less the")
@@ -199,8 +198,8 @@ def psql(command: str, *, check: bool = True) -> None:
     subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-qc", command], check=check)
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog=program(__name__), description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
@@ -210,12 +209,12 @@ if __name__ == "__main__":
         default=3.5,
         help="also one client sending slice-held requests this far apart (0: not measured)",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     psql(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
     psql(f"CREATE DATABASE {DATABASE}")
     try:
         with recorded("settle", "Settling a budget hold when the response ends, per request"):
-            if not uvloop.run(main(args)):
+            if not uvloop.run(within_budget(args)):
                 sys.exit(1)
     finally:
         connection.close()

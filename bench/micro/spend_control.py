@@ -16,7 +16,7 @@ nothing but its awaits, per concurrency; the median of the rounds. `make bench` 
 same thing end to end (Mortar beside its unmetered twin); this isolates it, and takes seconds:
 one change at a time.
 
-    .venv/bin/python -m bench.micro.spend_control [--requests 3000] [--rounds 5]
+    .venv/bin/python -m bench micro spend-control [--requests 3000] [--rounds 5]
         [--concurrency 1 32]
 
 Its own database (`mortar_bench_spend`, created and dropped again) and Redis prefix. Writes
@@ -48,6 +48,7 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
 from accounts.models import ApiKey, Organization  # noqa: E402
+from bench.commands import program  # noqa: E402
 from bench.harness.results import recorded  # noqa: E402
 from billing.costs import Prices, usage_cost  # noqa: E402
 from billing.services.holds import hold_for  # noqa: E402
@@ -122,7 +123,7 @@ async def run(key: ApiKey, requests: int, concurrency: int, real: bool) -> tuple
     return after.user - before.user, after.system - before.system
 
 
-async def main(args: argparse.Namespace) -> None:
+async def measure_all(args: argparse.Namespace) -> None:
     await asyncio.to_thread(call_command, "migrate", verbosity=0)
     plane = backplane()
     await plane.start()
@@ -149,17 +150,17 @@ def psql(command: str, *, check: bool = True) -> None:
     subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-qc", command], check=check)
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog=program(__name__), description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     psql(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
     psql(f"CREATE DATABASE {DATABASE}")
     try:
         with recorded("spend-control", "Spend control per request, in one process"):
-            uvloop.run(main(args))
+            uvloop.run(measure_all(args))
     finally:
         connection.close()
         psql(f"DROP DATABASE {DATABASE} WITH (FORCE)", check=False)

@@ -8,7 +8,7 @@ generation, and unregisters it; CONCURRENCY requests interleave on one event loo
 `make serve` runs). Prints CPU ms per 1,000 requests (process time, all threads), less the
 same loop with no publish/register/unregister, and the wall time of a register call.
 
-    REDIS_URL=redis://127.0.0.1:6379/0 .venv/bin/python -m bench.micro.telemetry_events \
+    REDIS_URL=redis://127.0.0.1:6379/0 .venv/bin/python -m bench micro telemetry-events \
         [--requests 5000] [--concurrency 1 32] [--dashboard]
 
 --dashboard keeps one member in the dashboard's channel-layer group (as a connected websocket
@@ -29,7 +29,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
 os.environ.setdefault("MORTAR_REDIS_PREFIX", "bench-telemetry")
 if os.environ.get("BENCH_NO_HIREDIS"):
-    # Hide hiredis from redis-py, to see what it saves (the pipelined connection needs it).
+    # Hide hiredis from redis-py, to see what it saves (the pipelined connection needs it). A
+    # None in sys.modules makes its import fail, which typeshed's modules-only dict leaves out.
     sys.modules["hiredis"] = None  # type: ignore[assignment]
 
 import django
@@ -39,6 +40,7 @@ django.setup()
 import uvloop  # noqa: E402
 from channels.layers import get_channel_layer  # noqa: E402
 
+from bench.commands import program  # noqa: E402
 from bench.harness.results import recorded  # noqa: E402
 from gateway.coordination.stop import live_generations  # noqa: E402
 from telemetry.events import DASHBOARD_GROUP, event_publisher  # noqa: E402
@@ -112,12 +114,16 @@ async def run(requests: int, concurrency: int, real: bool) -> tuple[float, float
     return time.process_time() - cpu, time.perf_counter() - wall, registers
 
 
-async def main(args: argparse.Namespace) -> None:
+async def measure_all(args: argparse.Namespace) -> None:
     await live_generations().start()
     layer = get_channel_layer()
-    if args.dashboard:
-        channel = await layer.new_channel()
-        await layer.group_add(DASHBOARD_GROUP, channel)
+    if args.dashboard and layer is None:
+        raise SystemExit("--dashboard needs a channel layer (CHANNEL_LAYERS)")
+    dashboard = layer if args.dashboard else None
+    channel = ""
+    if dashboard is not None:
+        channel = await dashboard.new_channel()
+        await dashboard.group_add(DASHBOARD_GROUP, channel)
     await run(500, 8, True)  # warm up: connections, imports
     for concurrency in args.concurrency:
         results = []
@@ -132,16 +138,17 @@ async def main(args: argparse.Namespace) -> None:
             f"(rounds: {', '.join(f'{r[0]:.1f}' for r in results)}); "
             f"register p50 {statistics.median(registers) * 1e6:.1f} µs"
         )
-    if args.dashboard:
-        await layer.group_discard(DASHBOARD_GROUP, channel)
-        await layer.flush()
+    if dashboard is not None:
+        await dashboard.group_discard(DASHBOARD_GROUP, channel)
+        await dashboard.flush()
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog=program(__name__), description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=5000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--dashboard", action="store_true")
+    args = parser.parse_args(argv)
     with recorded("telemetry-events", "Telemetry events and the live registry per request"):
-        uvloop.run(main(parser.parse_args()))
+        uvloop.run(measure_all(args))

@@ -17,7 +17,7 @@ of `--rounds` interleaved rounds: it moves with the host's other tenants), and w
 `--requests` and one of 100, so start-up and warm-up cancel out: it repeats to within a
 percent). The mock runs on core 1 and each candidate on core 0 where there are two.
 
-    .venv/bin/python -m bench.micro.upstream_client [--requests 3000] [--rounds 5] [--instructions]
+    .venv/bin/python -m bench micro upstream-client [--requests 3000] [--rounds 5] [--instructions]
 
 Writes bench/results/upstream-client.md.
 """
@@ -37,13 +37,15 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+
+from bench.commands import program
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
 PYTHON = sys.executable
 CANDIDATES = ("mortar", "httpx", "aiohttp")
-MODULE = "bench.micro.upstream_client"  # each candidate runs as `python -m MODULE --worker …`
+# Each candidate in a process of its own: `python -m bench micro upstream-client --worker …`.
+WORKER = ["-m", "bench", "micro", "upstream-client", "--worker"]
 BODY = (
     b'{"model":"mock","messages":[{"role":"user","content":"Hi [mock chunks=1]"}],'
     b'"max_tokens":20,"stream":true,"stream_options":{"include_usage":true}}'
@@ -62,7 +64,9 @@ def pinned(core: int) -> list[str]:
 # -- the candidates, each in its own process ---------------------------------------------------
 
 
-def one_request(candidate: str, base_url: str) -> tuple[Callable[[], Awaitable[None]], Any]:
+def one_request(
+    candidate: str, base_url: str
+) -> tuple[Callable[[], Awaitable[None]], Callable[[], Awaitable[None]]]:
     """A function sending one request the candidate's way, and what to close at the end."""
     import aiohttp
     import httpx
@@ -199,7 +203,7 @@ def mock_model_server() -> Iterator[str]:
 
 def cpu_per_request(candidate: str, base_url: str, requests: int) -> float:
     out = subprocess.run(
-        [*pinned(0), PYTHON, "-m", MODULE, "--worker", candidate, base_url, str(requests)],
+        [*pinned(0), PYTHON, *WORKER, candidate, base_url, str(requests)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -218,9 +222,7 @@ def instructions(candidate: str, base_url: str, requests: int) -> int:
             "--tool=callgrind",
             "--callgrind-out-file=/dev/null",
             PYTHON,
-            "-m",
-            MODULE,
-            "--worker",
+            *WORKER,
             candidate,
             base_url,
             str(requests),
@@ -235,13 +237,13 @@ def instructions(candidate: str, base_url: str, requests: int) -> int:
     return int(match.group(1))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog=program(__name__), description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--instructions", action="store_true", help="also count under callgrind")
     parser.add_argument("--worker", nargs=3, metavar=("CANDIDATE", "BASE_URL", "REQUESTS"))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.worker:
         worker(args.worker[0], args.worker[1], int(args.worker[2]))
         return
@@ -284,7 +286,3 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "upstream-client.md").write_text(report)
     print(report)
-
-
-if __name__ == "__main__":
-    main()

@@ -8,7 +8,7 @@ turn with 20 tools and two rounds of tool calls, and a 50-message conversation, 
 shapes. Prints a markdown table of CPU µs per request (the best of several rounds, so other
 load on the machine counts as little as it can).
 
-    .venv/bin/python -m bench.micro.validation [--rounds N]
+    .venv/bin/python -m bench micro validation [--rounds N]
 
 Writes bench/results/validation.md.
 """
@@ -31,8 +31,9 @@ import django
 
 django.setup()
 
+from bench.commands import program  # noqa: E402
 from bench.harness.results import recorded  # noqa: E402
-from gateway.pipeline.surface import CHAT_COMPLETIONS, MESSAGES  # noqa: E402
+from gateway.pipeline.surface import CHAT_COMPLETIONS, MESSAGES, Surface  # noqa: E402
 
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
 SYSTEM = "You are a concise assistant for an inference platform."
@@ -184,7 +185,12 @@ BODIES = {
 }
 
 
-def per_request_us(validators: list[Callable[[], Any]], rounds: int) -> list[float]:
+def validating(surface: Surface, body: bytes) -> Callable[[], object]:
+    """A call that validates `body` once, as the surface's validate step does."""
+    return lambda: surface.validate(body)
+
+
+def per_request_us(validators: list[Callable[[], object]], rounds: int) -> list[float]:
     """For each validator, the best round's CPU µs to validate its body once.
 
     Rounds alternate between the validators, so load from other processes falls on each alike;
@@ -199,10 +205,10 @@ def per_request_us(validators: list[Callable[[], Any]], rounds: int) -> list[flo
     return best
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog=program(__name__), description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with recorded("validation", "Request validation per request, on each surface"):
         print(f"Decode + validate, CPU µs per request, best of {args.rounds} rounds\n")
         print(
@@ -216,17 +222,10 @@ def main() -> None:
             as_message = MESSAGES.validate(message)
             assert len(as_chat.messages) == len(as_message.messages), label
             chat_us, message_us = per_request_us(
-                [
-                    lambda body=chat: CHAT_COMPLETIONS.validate(body),
-                    lambda body=message: MESSAGES.validate(body),
-                ],
+                [validating(CHAT_COMPLETIONS, chat), validating(MESSAGES, message)],
                 args.rounds,
             )
             print(
                 f"| {label} | {len(chat):,} | {chat_us:.1f} | {len(message):,} | "
                 f"{message_us:.1f} | {message_us / chat_us:.2f} |"
             )
-
-
-if __name__ == "__main__":
-    main()

@@ -7,8 +7,8 @@ of several tries, the list's query (`runs_page`) for common filters, free-text s
 with filters, and a deep page, and the whole page through Django (middleware, staff check, the
 filters' choices, template). Target: the runs list under 200 ms, free-text search included.
 
-    .venv/bin/python -m bench.pages.runs_list            # seed if needed, then time
-    .venv/bin/python -m bench.pages.runs_list --reseed   # drop the runs and seed again
+    .venv/bin/python -m bench pages runs-list            # seed if needed, then time
+    .venv/bin/python -m bench pages runs-list --reseed   # drop the runs and seed again
 
 Writes bench/results/runs-list.md.
 """
@@ -22,8 +22,10 @@ import time
 from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
+from functools import partial
 from typing import TYPE_CHECKING
 
+from bench.commands import program
 from bench.harness.results import recorded
 
 from .seed import RUNS, SEED_SQL, median_ms, seed_owners, setup_django
@@ -71,11 +73,11 @@ def seed(*, reseed: bool, runs: int = RUNS) -> int:
     return runs
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog=program(__name__), description=__doc__.split("\n")[0])
     parser.add_argument("--reseed", action="store_true", help="drop the runs and seed again")
     parser.add_argument("--runs", type=int, default=RUNS, help="how many runs to seed")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     setup_django(BENCH_DB)
     count = seed(reseed=args.reseed, runs=args.runs)
 
@@ -85,6 +87,7 @@ def main() -> None:
 
     organization = Organization.objects.get(name="bench-org-07")
     key = ApiKey.objects.filter(organization=organization).first()
+    assert key is not None, "the seed gives every organization keys"
     middle = Run.objects.order_by("-accepted_at", "-id").values("accepted_at", "id")[count // 2]
     deep = Cursor(accepted_at=middle["accepted_at"], run_id=middle["id"])
     cases: list[Case] = [
@@ -191,7 +194,7 @@ def time_the_list(count: int, cases: list[Case], organization: Organization) -> 
     print(f"{count:,} runs in {BENCH_DB}; median of {TRIES} tries, 50 rows a page")
     worst = 0.0
     for label, filters, before in cases:
-        ms = median_ms(lambda f=filters, b=before: runs_page(f, before=b), TRIES)
+        ms = median_ms(partial(runs_page, filters, before=before), TRIES)
         worst = max(worst, ms)
         print(f"  {label:<40} {ms:8.1f} ms")
 
@@ -211,7 +214,3 @@ def time_the_list(count: int, cases: list[Case], organization: Organization) -> 
     print(f"  {'whole page, search w1000':<40} {search_ms:8.1f} ms")
     print(f"  {'  of which the end-user choices':<40} {choices_ms:8.1f} ms")
     print(f"slowest list query: {worst:.1f} ms (target < 200 ms)")
-
-
-if __name__ == "__main__":
-    main()

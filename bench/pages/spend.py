@@ -8,8 +8,8 @@ current hour). Then times, as the median of a few tries, the refresh beat runs e
 minutes, each of the page's queries and the whole page through Django, for the last 24 hours
 and 30 days, every organization and one.
 
-    .venv/bin/python -m bench.pages.spend            # seed if needed, then time
-    .venv/bin/python -m bench.pages.spend --reseed   # drop the runs and seed again
+    .venv/bin/python -m bench pages spend            # seed if needed, then time
+    .venv/bin/python -m bench pages spend --reseed   # drop the runs and seed again
 
 Writes bench/results/spend.md.
 """
@@ -20,7 +20,9 @@ import argparse
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 
+from bench.commands import program
 from bench.harness.results import recorded
 
 from .seed import RUNS, SEED_SQL, median_ms, seed_owners, setup_django
@@ -52,11 +54,11 @@ def seed(*, reseed: bool, runs: int = RUNS) -> int:
     return runs
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog=program(__name__), description=__doc__.split("\n")[0])
     parser.add_argument("--reseed", action="store_true", help="drop the runs and seed again")
     parser.add_argument("--runs", type=int, default=RUNS, help="how many runs to seed")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     setup_django(BENCH_DB)
     with recorded("spend", "The Spend page at 1,000,000 runs"):
         time_the_page(seed(reseed=args.reseed, runs=args.runs))
@@ -120,15 +122,12 @@ def time_the_page(count: int) -> None:
             print(f"last {span.days or 1} {'days' if span.days else 'day'}, {who}:")
             top = usage_by(filters, "end_user")
             cases: list[tuple[str, Callable[[], object]]] = [
-                ("totals", lambda f=filters: spend_totals(f)),
-                ("top end users (5,000)", lambda f=filters: usage_by(f, "end_user")),
-                ("top keys", lambda f=filters: usage_by(f, "key")),
-                (
-                    "end-user spend over time",
-                    lambda f=filters, t=top: spend_chart(f, "end_user", t),
-                ),
-                ("errors by code", lambda f=filters: errors_by_code(f)),
-                ("latency histogram", lambda f=filters: histogram(f, "latency")),
+                ("totals", partial(spend_totals, filters)),
+                ("top end users (5,000)", partial(usage_by, filters, "end_user")),
+                ("top keys", partial(usage_by, filters, "key")),
+                ("end-user spend over time", partial(spend_chart, filters, "end_user", top)),
+                ("errors by code", partial(errors_by_code, filters)),
+                ("latency histogram", partial(histogram, filters, "latency")),
             ]
             for label, action in cases:
                 ms = median_ms(action, TRIES)
@@ -138,10 +137,6 @@ def time_the_page(count: int) -> None:
     client = Client(HTTP_HOST="127.0.0.1")
     client.force_login(User.objects.get(username="bench-staff"))
     for query in ("range=24h", "range=30d", f"range=30d&organization={organization.pk}"):
-        ms = median_ms(lambda q=query: client.get(f"/dashboard/spend/?{q}"), TRIES)
+        ms = median_ms(partial(client.get, f"/dashboard/spend/?{query}"), TRIES)
         print(f"whole page /dashboard/spend/?{query}: {ms:.0f} ms")
     print(f"slowest query: {worst:.1f} ms")
-
-
-if __name__ == "__main__":
-    main()

@@ -2,8 +2,8 @@
 dashboard, replay, retention and the writer measured on it while the writer keeps storing.
 
     make bench-scale                                   # the whole thing (~1 h on 2 cores)
-    .venv/bin/python -m bench.scale --runs 100000      # a quick one (about a minute)
-    .venv/bin/python -m bench.scale --keep             # measure again, without refilling
+    .venv/bin/python -m bench scale --runs 100000      # a quick one (about a minute)
+    .venv/bin/python -m bench scale --keep             # measure again, without refilling
 
 Its own database, `mortar_bench_scale` on DATABASE_URL's server, dropped and made again
 (`--keep` measures the one filled before; `--drop` drops it at the end). In order:
@@ -20,7 +20,7 @@ Its own database, `mortar_bench_scale` on DATABASE_URL's server, dropped and mad
   server's autovacuum on (`--no-autovacuum` leaves the setting alone; it is restored after):
   the runs list (first and deep pages, free-text searches, each filter; p95 ≤ 200 ms), a run's
   page (≤ 100 ms), Spend over 30 days (≤ 1 s), each through Django's test client as a staff
-  user, `--samples` tries each with another value (bench/scale/pages.py); replay's time to
+  user, `--samples` tries each with another value (bench/scale/page_timings.py); replay's time to
   first byte through a served Mortar over HTTP (≤ 50 ms, bench/scale/replay_ttfb.py); dropping
   the oldest day (`drop_partitions_before`, ≤ 1 s); autovacuum's backlog (tables whose dead
   rows are past its threshold; none);

@@ -24,7 +24,7 @@ import httpx
 from bench.harness.constants import ROOT
 
 from . import database
-from .pages import Timed, sample_runs
+from .page_timings import Timed, sample_runs
 
 TARGET_MS = 50.0
 

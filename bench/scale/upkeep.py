@@ -12,13 +12,13 @@ import time
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Any
 
 import psycopg
 
 from bench.harness.constants import ROOT
 
 from . import database
+from .writer_load import SteadyReport
 
 DROP_TARGET_S = 1.0
 WRITER_TOLERANCE = 0.10  # the full store's writer within 10% of the empty store's
@@ -33,7 +33,8 @@ def writer_burst(streams: int, rounds: int) -> list[float]:
                 [
                     sys.executable,
                     "-m",
-                    "bench.scale.writer_load",
+                    "bench",
+                    "scale-writer",
                     "--burst",
                     str(streams),
                     "--report",
@@ -54,14 +55,15 @@ class SteadyWriter:
         handle, name = tempfile.mkstemp(suffix=".json")
         os.close(handle)
         self._report = Path(name)
-        self.result: dict[str, Any] = {}
+        self.result: SteadyReport = {}
 
     def __enter__(self) -> SteadyWriter:
         self._process = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
-                "bench.scale.writer_load",
+                "bench",
+                "scale-writer",
                 "--rate",
                 str(self.rate),
                 "--report",
@@ -76,7 +78,8 @@ class SteadyWriter:
         self._process.terminate()
         self._process.wait(120)
         text = self._report.read_text()
-        self.result = json.loads(text) if text else {}
+        if text:
+            self.result = json.loads(text)
         self._report.unlink(missing_ok=True)
 
 

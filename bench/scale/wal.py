@@ -2,7 +2,7 @@
 requests (a run and its JSON body, one chunk) and 20-chunk streams, measured on a Postgres
 cluster of its own so that nothing else writes WAL or spends CPU in it.
 
-    .venv/bin/python -m bench.scale.wal [--requests 6000]
+    .venv/bin/python -m bench wal [--requests 6000]
 
 The cluster: Debian's Postgres 15 binaries (`/usr/lib/postgresql/15/bin`), `initdb` into a
 temporary directory as the `postgres` user, its defaults but `fsync=off` (the disk's speed is not
@@ -32,11 +32,17 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import psycopg
 
+from bench.commands import program
 from bench.harness.results import recorded
+
+if TYPE_CHECKING:
+    from telemetry.store.items import WriterItem
+
+    from .writer_load import RunMaker
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 STREAMS_PER_BATCH = 80
@@ -113,19 +119,19 @@ def wal_lsn(conn: psycopg.Connection) -> int:
     return int(got[0]) if got else 0
 
 
-def batches(maker: Any, requests: int, *, stream: bool) -> list[list[Any]]:
+def batches(maker: RunMaker, requests: int, *, stream: bool) -> list[list[WriterItem]]:
     """The writer's batches for `requests` requests, as the gateway fills them."""
     from telemetry.store.items import ChunkSent
 
-    made: list[list[Any]] = []
+    made: list[list[WriterItem]] = []
     if stream:
-        closes: list[Any] = []
+        closes: list[WriterItem] = []
         for _ in range(0, requests, STREAMS_PER_BATCH):
-            batch: list[Any] = []
-            later = []
+            batch: list[WriterItem] = []
+            later: list[WriterItem] = []
             for _ in range(STREAMS_PER_BATCH):
-                *rows, closed = maker.rows(datetime.now(UTC))
-                batch += rows
+                opened, chunks, closed = maker.run(datetime.now(UTC))
+                batch += [opened, *chunks]
                 later.append(closed)
             made.append(batch + closes)
             closes = later
@@ -134,7 +140,7 @@ def batches(maker: Any, requests: int, *, stream: bool) -> list[list[Any]]:
     for _ in range(0, requests, JSON_PER_BATCH):
         batch = []
         for _ in range(JSON_PER_BATCH):
-            opened, first, *_, closed = maker.rows(datetime.now(UTC))
+            opened, (first, *_), closed = maker.run(datetime.now(UTC))
             body = (
                 b'{"id":"%s","object":"chat.completion","created":1733000000,"model":"%s",'
                 b'"choices":[{"index":0,"message":{"role":"assistant","content":"%s"},'
@@ -195,10 +201,12 @@ def measure(port: int, data: Path, requests: int) -> list[tuple[str, float, floa
     return results
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(
+        prog=program(__name__), description=(__doc__ or "").splitlines()[0]
+    )
     parser.add_argument("--requests", type=int, default=6000)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with (
         recorded("wal", "WAL, Postgres CPU and bytes a stored request") as _,
         private_cluster() as (port, data),
@@ -226,7 +234,3 @@ def main() -> None:
         print("| --- | ---: | ---: | ---: |")
         for kind, wal, cpu, size in results:
             print(f"| {kind} | {wal:,.0f} B | {cpu:.3f} ms | {size:,.0f} B |")
-
-
-if __name__ == "__main__":
-    main()

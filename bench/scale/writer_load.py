@@ -1,8 +1,8 @@
 """The run writer in a process of its own, on the scale benchmark's database: a steady rate of
 rows while the pages are timed, or a burst as fast as it takes them.
 
-    python -m bench.scale.writer_load --rate 20000 --report FILE   # until SIGTERM
-    python -m bench.scale.writer_load --burst 5000 --report FILE   # 5,000 streams, timed
+    python -m bench scale-writer --rate 20000 --report FILE   # until SIGTERM
+    python -m bench scale-writer --burst 5000 --report FILE   # 5,000 streams, timed
 
 The rows are the gateway's (`bench.micro.writer.batches.gateway_run`: a stream of 20 chunks
 with every field the gateway records; its request and reply carry the fill's kind of text, so
@@ -23,22 +23,55 @@ import random
 import signal
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
+
+from bench.commands import program
 
 from . import database
+
+if TYPE_CHECKING:
+    from bench.micro.writer.phases import Owner
+    from telemetry.store.items import ChunkSent, RunClosed, RunOpened, WriterItem
+    from telemetry.store.writer import RunWriter
 
 QUEUE_CAP = 20_000  # the burst's producer pauses above this many queued rows (a busy worker's)
 SAMPLE_SECONDS = 0.5
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+class SteadyReport(TypedDict, total=False):
+    """What a steady run reports (nothing, if it was stopped before it could)."""
+
+    rate: int
+    rows: int
+    written: int
+    behind_at_end: int
+    seconds: float
+    rows_per_second: float
+    lag_p95_seconds: float
+    lag_max_seconds: float
+    depth_max: int
+    spilled: int
+
+
+class BurstReport(TypedDict):
+    streams: int
+    rows: int
+    seconds: float
+    rows_per_second: float
+    spilled: int
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(
+        prog=program(__name__), description=(__doc__ or "").splitlines()[0]
+    )
     parser.add_argument("--database", default=database.NAME)
     parser.add_argument("--rate", type=int, default=0, help="rows/s until SIGTERM")
     parser.add_argument("--burst", type=int, default=0, help="streams written as fast as taken")
     parser.add_argument("--report", type=Path, required=True)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     os.environ["DATABASE_URL"] = database.server_url(args.database)
     os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
     os.environ.setdefault("SECRET_KEY", "scale-bench-only")
@@ -53,7 +86,7 @@ def main() -> None:
     args.report.write_text(json.dumps(report))
 
 
-def _owners() -> list[Any]:
+def _owners() -> list[Owner]:
     """The scale organizations' keys, in the fill's order (organization, then key): the fill's
     key of organization o and draw k is the (5o + k)-th."""
     from django.conf import settings
@@ -77,7 +110,7 @@ class RunMaker:
     models, a prompt and a reply from the same vocabulary. So the runs the writer adds while the
     pages are timed are found by their filters and searches as the filled ones are."""
 
-    def __init__(self, owners: list[Any]) -> None:
+    def __init__(self, owners: list[Owner]) -> None:
         from .fill import PROMPT_WORDS, REPLY_WORDS
         from .vocabulary import texts
 
@@ -86,8 +119,13 @@ class RunMaker:
         self.replies = texts(2000, REPLY_WORDS, seed=4)
         self.draw = random.Random(13)
 
-    def rows(self, now: Any) -> list[Any]:
+    def rows(self, now: datetime) -> list[WriterItem]:
         """A stream's rows in the order the gateway submits them: open, chunks, close."""
+        opened, chunks, closed = self.run(now)
+        return [opened, *chunks, closed]
+
+    def run(self, now: datetime) -> tuple[RunOpened, list[ChunkSent], RunClosed]:
+        """A stream's rows: its open, its chunks and its close."""
         import orjson
 
         from bench.micro.writer.batches import gateway_run
@@ -115,17 +153,19 @@ class RunMaker:
             }
         )
         opened.fields.update(
-            request_body=body,
-            request_bytes=len(body),
-            end_user=f"user-{end_user}",
-            model=model,
-            deployment=deployment,
+            {
+                "request_body": body,
+                "request_bytes": len(body),
+                "end_user": f"user-{end_user}",
+                "model": model,
+                "deployment": deployment,
+            }
         )
         closed.fields["reply_text"] = draw.choice(self.replies)
-        return [opened, *chunks, closed]
+        return opened, chunks, closed
 
 
-def _writer() -> Any:
+def _writer() -> RunWriter:
     from django.conf import settings
 
     from telemetry.store.writer import RunWriter
@@ -136,17 +176,15 @@ def _writer() -> Any:
     )
 
 
-async def steady(rate: int) -> dict[str, Any]:
+async def steady(rate: int) -> SteadyReport:
     """Submit `rate` rows a second until SIGTERM, then wait until all are written."""
-    from datetime import UTC, datetime
-
     maker = RunMaker(await asyncio.to_thread(_owners))
     writer = _writer()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
-    pending: list[Any] = []
+    pending: list[WriterItem] = []
     submitted = 0
     lags: list[float] = []
     depths: list[int] = []
@@ -188,14 +226,12 @@ async def steady(rate: int) -> dict[str, Any]:
     }
 
 
-async def burst(streams: int) -> dict[str, Any]:
+async def burst(streams: int) -> BurstReport:
     """`streams` streams' rows, made first, then submitted as a busy worker would (at most
     QUEUE_CAP rows queued); time until all are written."""
-    from datetime import UTC, datetime
-
     maker = RunMaker(await asyncio.to_thread(_owners))
     now = datetime.now(UTC)
-    items: list[Any] = []
+    items: list[WriterItem] = []
     for _ in range(streams):
         items += maker.rows(now)
     writer = _writer()
@@ -220,7 +256,3 @@ async def burst(streams: int) -> dict[str, Any]:
         "rows_per_second": len(items) / seconds,
         "spilled": writer.spilled_total,
     }
-
-
-if __name__ == "__main__":
-    main()

@@ -8,13 +8,14 @@ as its bytes arrive. A token event is one carrying the mock's content (`"content
 events (a role chunk of its own, a separate finish chunk) don't count as gaps, they show in the
 tail instead.
 
-    python -m bench.harness.loadgen slow --url URL --body-file F [--header "Name: value" …]
+    python -m bench loadgen slow --url URL --body-file F [--header "Name: value" …]
         --connections 1000 --ramp 3 --tokens 260 --duration 13
-    python -m bench.harness.loadgen latency --url URL --body-file F [--header …] --duration 10
+    python -m bench loadgen latency --url URL --body-file F [--header …] --duration 10
 
 (from the repository's root). Prints one JSON object on stdout. Every loop is bounded by count
 and by time.
 
 - connection: the connection, the response parser and the request's bytes;
-- slow: the slow streams; latency: one connection's requests one after another.
+- slow: the slow streams; latency: one connection's requests one after another;
+- loadgen_cli: the command line `python -m bench load` starts it with.
 """

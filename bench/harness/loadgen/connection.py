@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from typing import cast
 from urllib.parse import urlsplit
 
 CONNECT_ATTEMPTS = 5
@@ -148,7 +149,8 @@ class Connection(asyncio.Protocol):
         self.lost = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        # A stream's protocol is given a stream transport (typed as the base class).
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         now = time.perf_counter()

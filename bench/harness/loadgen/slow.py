@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
-from typing import Any
+from typing import Any, cast
 
 from ..stats import summary_ms
 from .connection import CONNECT_ATTEMPTS, TOKEN_MARKERS, Endpoint
@@ -41,7 +41,8 @@ class SlowStream(asyncio.Protocol):
         self.finished_at: float | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        # A stream's protocol is given a stream transport (typed as the base class).
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         now = time.perf_counter()

@@ -4,7 +4,7 @@ Runs against its own database (MORTAR_BENCH_DATABASE_URL, default mortar_bench o
 Postgres; created and migrated if missing, its run tables emptied first) and its own var/
 directory for the spool. The targets: ≥ 50,000 chunk rows/s, RSS flat.
 
-    .venv/bin/python -m bench.micro.writer [--runs 2000] [--chunks 50] [--backlog 1000000]
+    .venv/bin/python -m bench micro writer [--runs 2000] [--chunks 50] [--backlog 1000000]
         [--flood ROWS] [--soak SECONDS --rate ROWS_PER_S] [--gateway-runs 3600]
 
 Phases (each run opens, CHUNKS chunks of 300 bytes, closes; 200 streams interleaved):
@@ -26,7 +26,8 @@ Phases (each run opens, CHUNKS chunks of 300 bytes, closes; 200 streams interlea
 gateway's core that the writer takes); "process CPU" adds the producer's. Writes
 bench/results/writer.md.
 
-- measure: RSS, the CPU of the process, of the writer's thread and of a Postgres backend;
+- meters: RSS, the CPU of the process, of the writer's thread and of a Postgres backend;
 - phases: the writer under load (throughput, spool and drain, flood, soak);
 - batches: `write_batch` on the gateway's batch shapes and the slow streams'.
+- writer_bench: the command line, the phases in order, and the table.
 """

@@ -15,7 +15,7 @@ from telemetry.models import Run
 from telemetry.store.batches import write_batch
 from telemetry.store.items import ChunkSent, RunClosed, RunOpened, WriterItem
 
-from .measure import CpuMeter, Result, RssSampler, backend_cpu
+from .meters import CpuMeter, Result, RssSampler, backend_cpu
 from .phases import Owner
 
 REQUEST_BODY = (

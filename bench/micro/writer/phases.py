@@ -18,7 +18,7 @@ from telemetry.store.items import ChunkSent, RunClosed, RunOpened, WriterItem, e
 from telemetry.store.spool import Spool
 from telemetry.store.writer import RunWriter
 
-from .measure import CpuMeter, Result, RssSampler
+from .meters import CpuMeter, Result, RssSampler
 
 CHUNK_BYTES = 300
 CONCURRENT_STREAMS = 200

@@ -1,4 +1,5 @@
-"""`python -m bench.micro.writer`: see the package's docstring."""
+"""`python -m bench micro writer`: its flags, every phase asked for, the table, and a check that
+no row was lost (the package's docstring says more)."""
 
 from __future__ import annotations
 
@@ -11,17 +12,20 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from bench.commands import program
 from bench.harness.results import recorded
 
 from . import __doc__ as package_doc
-from .measure import Result, ensure_database
+from .meters import Result, ensure_database
 
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/mortar_bench"
 TARGET_ROWS_PER_SECOND = 50_000
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=(package_doc or "").splitlines()[0])
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(
+        prog=program(__name__), description=(package_doc or "").splitlines()[0]
+    )
     parser.add_argument("--runs", type=int, default=2000)
     parser.add_argument("--chunks", type=int, default=50)
     parser.add_argument("--backlog", type=int, default=1_000_000)
@@ -31,7 +35,7 @@ def main() -> None:
     parser.add_argument(
         "--gateway-runs", type=int, default=3600, help="runs per gateway-batch phase (0: skip)"
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
     os.environ["DATABASE_URL"] = os.environ.get("MORTAR_BENCH_DATABASE_URL", DEFAULT_URL)
@@ -112,6 +116,3 @@ def measure_all(args: argparse.Namespace) -> None:
     print(f"chunk rows stored: {stored:,} (expected at least {expected:,})")
     if stored < expected:
         raise SystemExit("rows are missing")
-
-
-main()

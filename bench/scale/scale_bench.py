@@ -1,4 +1,5 @@
-"""`python -m bench.scale`: see the package's docstring."""
+"""`python -m bench scale`: its flags, the fill, the measurements and the report (the package's
+docstring says what each is)."""
 
 from __future__ import annotations
 
@@ -8,17 +9,42 @@ import os
 import statistics
 from dataclasses import asdict
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, TypedDict
 
+import psycopg
+
+from bench.commands import program
 from bench.harness.results import recorded
 
 from . import __doc__ as package_doc
 from . import database
 
+if TYPE_CHECKING:
+    from .database import Layout, TableBytes
+    from .fill import Plan
+    from .page_timings import Timed
+    from .upkeep import Dropped, VacuumState
+    from .writer_load import SteadyReport
+
 GB = 1e9
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=(package_doc or "").splitlines()[0])
+class Meta(TypedDict, total=False):
+    """What the fill leaves in its database (bench_scale_meta), for `--keep` to measure again."""
+
+    empty_writer: list[float]  # the writer's rows/s on the empty store, before the fill
+    runs: int
+    days: int
+    chunks_per_run: float
+    end: str
+    filled: dict[str, float]  # fill.Filled's fields
+    rollup_seconds: float
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(
+        prog=program(__name__), description=(package_doc or "").splitlines()[0]
+    )
     parser.add_argument("--runs", type=int, default=10_000_000)
     parser.add_argument("--chunks-per-run", type=float, default=10.0, help="on average")
     parser.add_argument("--days", type=int, default=60)
@@ -42,7 +68,7 @@ def main() -> None:
         action="store_true",
         help="leave the server's autovacuum setting as it is (else on while measuring)",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with recorded("scale", f"The run store at scale: {args.runs:,} runs over {args.days} days"):
         run(args)
     if args.drop:
@@ -50,7 +76,7 @@ def main() -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from . import fill, pages, upkeep
+    from . import fill, page_timings, upkeep
 
     print(f"host: {os.cpu_count()} CPUs, load average {_load()} at start", flush=True)
     kept = args.keep and database.exists()
@@ -61,7 +87,7 @@ def run(args: argparse.Namespace) -> None:
     database.setup_django()
     with database.connect() as conn:
         layout = database.layout(conn)
-        meta = _meta(conn) if kept else {}
+        meta: Meta = _meta(conn) if kept else {}
     print(f"database {database.NAME}: {'day partitions' if layout.partitioned else 'plain tables'}")
     if not kept:
         fill.owners()
@@ -93,7 +119,7 @@ def run(args: argparse.Namespace) -> None:
             f" {filled.index_seconds:.0f} s; load average {_load()}",
             flush=True,
         )
-        rollup_s = pages.roll_up(31)
+        rollup_s = page_timings.roll_up(31)
         print(f"rollups and slices of the last 31 days (beat's): {rollup_s:.0f} s", flush=True)
         meta |= {
             "runs": args.runs,
@@ -114,11 +140,9 @@ def run(args: argparse.Namespace) -> None:
     measure(args, the_plan, meta, layout)
 
 
-def measure(args: argparse.Namespace, the_plan: object, meta: dict, layout: object) -> None:
-    from . import pages, replay_ttfb, upkeep
-    from .fill import Plan
+def measure(args: argparse.Namespace, the_plan: Plan, meta: Meta, layout: Layout) -> None:
+    from . import page_timings, replay_ttfb, upkeep
 
-    assert isinstance(the_plan, Plan)
     with database.connect() as conn:
         sizes = [database.table_bytes(conn, t) for t in (database.RUN_TABLE, database.CHUNK_TABLE)]
         db_bytes = database.database_bytes(conn)
@@ -147,18 +171,18 @@ def measure(args: argparse.Namespace, the_plan: object, meta: dict, layout: obje
             full_rates = upkeep.writer_burst(args.burst, 3)
             print(f"  rows/s: {_rates(full_rates)}", flush=True)
             before = upkeep.vacuum_state(conn)
-            client = pages.staff_client()
+            client = page_timings.staff_client()
             print(
                 f"\nwith the writer at {args.rate:,} rows/s in its own process"
                 f" (autovacuum {'on' if before.autovacuum_on else 'off'}):",
                 flush=True,
             )
             with upkeep.SteadyWriter(args.rate) as writer:
-                timed = pages.measure_runs_list(the_plan, args.samples, client)
-                timed.append(pages.measure_run_page(args.samples, client))
-                timed += pages.measure_spend(max(args.samples // 3, 5), client)
+                timed = page_timings.measure_runs_list(the_plan, args.samples, client)
+                timed.append(page_timings.measure_run_page(args.samples, client))
+                timed += page_timings.measure_spend(max(args.samples // 3, 5), client)
                 timed.append(replay_ttfb.measure_replay(args.samples))
-                pages.beat_refresh()
+                page_timings.beat_refresh()
                 oldest = (the_plan.end - timedelta(days=the_plan.days)).date()
                 dropped = upkeep.drop_oldest_day(conn, oldest)
                 print(
@@ -176,7 +200,18 @@ def measure(args: argparse.Namespace, the_plan: object, meta: dict, layout: obje
     report(args, meta, sizes, timed, dropped, before, after, steady, empty, full)
 
 
-def report(args, meta, sizes, timed, dropped, before, after, steady, empty, full) -> None:  # type: ignore[no-untyped-def]
+def report(
+    args: argparse.Namespace,
+    meta: Meta,
+    sizes: list[TableBytes],
+    timed: list[Timed],
+    dropped: Dropped,
+    before: VacuumState,
+    after: VacuumState,
+    steady: SteadyReport,
+    empty: float,
+    full: float,
+) -> None:
     from .upkeep import DROP_TARGET_S, WRITER_TOLERANCE
 
     print(
@@ -232,19 +267,17 @@ def _load() -> str:
     return " ".join(open("/proc/loadavg").read().split()[:3])
 
 
-def _meta(conn) -> dict:  # type: ignore[no-untyped-def]
+def _meta(conn: psycopg.Connection) -> Meta:
     row = conn.execute("SELECT meta FROM bench_scale_meta").fetchone()
     if row is None:
         raise SystemExit("--keep: the database was never filled")
-    return dict(row[0])
+    meta: Meta = row[0]
+    return meta
 
 
-def _save_meta(conn, meta: dict) -> None:  # type: ignore[no-untyped-def]
+def _save_meta(conn: psycopg.Connection, meta: Meta) -> None:
     from psycopg.types.json import Jsonb
 
     conn.execute("CREATE TABLE IF NOT EXISTS bench_scale_meta (meta jsonb)")
     conn.execute("DELETE FROM bench_scale_meta")
     conn.execute("INSERT INTO bench_scale_meta VALUES (%s)", [Jsonb(meta)])
-
-
-main()

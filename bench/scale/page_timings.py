@@ -15,12 +15,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bench.harness.stats import percentile
 
 from .fill import END_USERS, INTERLEAVED, MODELS, SESSION_RUNS, Plan
 from .vocabulary import word_of_rank
+
+if TYPE_CHECKING:
+    from django.test import Client
 
 # How the end-user choices' query (dashboard.selectors.catalog.end_user_names) starts.
 CHOICES_SQL = "WITH RECURSIVE rolled_up(end_user, n)"
@@ -67,7 +70,7 @@ class Timed:
         return self.p95 <= self.target_ms
 
 
-def _time_page(client: Any, path: str, timed: Timed) -> None:
+def _time_page(client: Client, path: str, timed: Timed) -> None:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
@@ -166,7 +169,7 @@ def runs_list_cases(the_plan: Plan, draw: random.Random) -> list[tuple[str, Call
     ]
 
 
-def measure_runs_list(the_plan: Plan, samples: int, client: Any) -> list[Timed]:
+def measure_runs_list(the_plan: Plan, samples: int, client: Client) -> list[Timed]:
     draw = random.Random(11)
     results = []
     for label, query in runs_list_cases(the_plan, draw):
@@ -199,7 +202,7 @@ def sample_runs(count: int, *, streams: bool | None) -> list[str]:
     return ids[:count]
 
 
-def measure_run_page(samples: int, client: Any) -> Timed:
+def measure_run_page(samples: int, client: Client) -> Timed:
     timed = Timed("run page (streams and JSON runs)", RUN_PAGE_TARGET_MS)
     ids = sample_runs(samples // 2, streams=True) + sample_runs(
         samples - samples // 2, streams=False
@@ -214,7 +217,7 @@ def measure_run_page(samples: int, client: Any) -> Timed:
     return timed
 
 
-def measure_spend(samples: int, client: Any) -> list[Timed]:
+def measure_spend(samples: int, client: Client) -> list[Timed]:
     from accounts.models import Organization
 
     organizations = list(
@@ -222,13 +225,14 @@ def measure_spend(samples: int, client: Any) -> list[Timed]:
     )
     draw = random.Random(3)
     results = []
-    for label, query in (
+    queries: list[tuple[str, Callable[[], str]]] = [
         ("Spend, 30 days, every organization", lambda: "range=30d"),
         (
             "Spend, 30 days, one organization",
             lambda: f"range=30d&organization={draw.choice(organizations)}",
         ),
-    ):
+    ]
+    for label, query in queries:
         timed = Timed(label, SPEND_TARGET_MS)
         for _ in range(samples):
             _time_page(client, f"/dashboard/spend/?{query()}", timed)
@@ -241,7 +245,7 @@ def measure_spend(samples: int, client: Any) -> list[Timed]:
     return results
 
 
-def staff_client() -> Any:
+def staff_client() -> Client:
     from django.contrib.auth.models import User
     from django.test import Client
 

@@ -1,4 +1,5 @@
-"""`python -m bench.harness.loadgen slow|latency …`: see the package's docstring."""
+"""The load generator process `python -m bench load` starts (`python -m bench loadgen slow|latency
+…`): its flags, the run, one JSON object on stdout; the package's docstring says more."""
 
 from __future__ import annotations
 
@@ -8,14 +9,18 @@ import json
 import resource
 import sys
 
+from bench.commands import program
+
 from . import __doc__ as package_doc
 from .connection import build_endpoint
 from .latency import one_connection
 from .slow import slow_streams
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=(package_doc or "").splitlines()[0])
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(
+        prog=program(__name__), description=(package_doc or "").splitlines()[0]
+    )
     parser.add_argument("mode", choices=("slow", "latency"))
     parser.add_argument("--url", required=True)
     parser.add_argument("--body-file", required=True)
@@ -28,7 +33,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=260, help="tokens per slow stream")
     parser.add_argument("--warmup", type=float, default=1.0, help="seconds before measuring")
     parser.add_argument("--drain-timeout", type=float, default=20.0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     with open(args.body_file, "rb") as file:
@@ -42,6 +47,3 @@ def main() -> None:
         result = uvloop.run(run(args, endpoint))
     json.dump(result, sys.stdout)
     sys.stdout.write("\n")
-
-
-main()
