@@ -210,7 +210,7 @@ def test_a_profile_is_summed_up_by_where_its_working_samples_go(tmp_path: Path) 
     text = summarize_profile(profile)
 
     assert "100 samples; 90 working (90%), the rest waiting." in text
-    assert "| relay, chunk encoding, recorder | 66.7% |" in text
+    assert "| relay, chunk encoding, the run and its sink | 66.7% |" in text
     assert "| Messages: Anthropic's shapes in and out (validation, translation) | 33.3% |" in text
     assert "| wait: idle worker thread (queue.get) | 10.0% |" in text
 

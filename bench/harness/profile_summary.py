@@ -84,8 +84,10 @@ CATEGORIES = [
         r"httpx/|httpcore/|httpx_sse/|h11/|anyio/|aiohttp/|httpx_aiohttp/",
     ),
     (
-        "relay, chunk encoding, recorder",
-        r"gateway/relay/|gateway/generation/|gateway/upstream/|telemetry/recording\.py"
+        "relay, chunk encoding, the run and its sink",
+        r"gateway/relay/|gateway/generation/|gateway/upstream/|gateway/runs/"
+        r"|gateway/surfaces/chat/(?!api\.py)"
+        r"|telemetry/recording\.py"
         r"|gateway/streaming\.py|gateway/chunks\.py|gateway/forwarding\.py|gateway/upstream\.py",
     ),
     ("logging (uvicorn access log)", r"logging/|uvicorn/logging"),
@@ -93,7 +95,7 @@ CATEGORIES = [
     # frames sit under every pipeline step; what the steps themselves cost is the pipeline's.
     (
         "request pipeline (the operation's steps: auth, accept, plan, finish)",
-        r"gateway/pipeline/|gateway/api\.py|gateway/surfaces/messages/api\.py|accounts/auth\.py"
+        r"gateway/pipeline/|gateway/api\.py|gateway/surfaces/\w+/api\.py|accounts/auth\.py"
         r"|gateway/catalog/|core/lookups\.py"
         r"|gateway/pipeline\.py",
     ),

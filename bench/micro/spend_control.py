@@ -3,7 +3,7 @@ limits, as the pipeline runs them, against the real Postgres and Redis (budget: 
 
 Each simulated request takes the path of a request whose organization and key both have a budget
 and requests and tokens per minute (too large to refuse anything) on a priced model:
-`rate_limits_check` (one EVALSHA, awaited), `hold_for` (from the worker's slice of the
+`rate_limits_take` (one EVALSHA, awaited), `hold_for` (from the worker's slice of the
 budgets, in memory; the ledger's thread, batched, only for the first hold and each slice), the
 `x-ratelimit-*` headers, the generation (one loop pass), the charge and the usage counted
 against the token limits. CONCURRENCY requests interleave on one event loop (uvloop, as `make
@@ -52,11 +52,8 @@ from bench.commands import program  # noqa: E402
 from bench.harness.results import recorded  # noqa: E402
 from billing.costs import Prices, usage_cost  # noqa: E402
 from billing.services.holds import hold_for  # noqa: E402
-from billing.services.ratelimits import count_usage  # noqa: E402
+from billing.services.ratelimits import count_usage, rate_limits_take  # noqa: E402
 from core.backplane import backplane  # noqa: E402
-from gateway.pipeline.limits import rate_limits_check  # noqa: E402
-from gateway.pipeline.plan import Plan  # noqa: E402
-from gateway.pipeline.surface import CHAT_COMPLETIONS  # noqa: E402
 
 PRICES = Prices(input=Decimal("0.20"), cached_input=Decimal("0.05"), output=Decimal("0.60"))
 PROMPT, COMPLETION, MAX_TOKENS = 420, 180, 1024
@@ -80,22 +77,23 @@ def bench_key() -> ApiKey:
 
 
 async def one_request(key: ApiKey) -> None:
-    plan = Plan(run_id="chatcmpl-" + secrets.token_hex(12), surface=CHAT_COMPLETIONS)
-    plan.prompt_tokens, plan.max_tokens = PROMPT, MAX_TOKENS
-    await rate_limits_check(key=key, decided=plan)
+    run_id = "chatcmpl-" + secrets.token_hex(12)
+    limits = await rate_limits_take(key=key, prompt_tokens=PROMPT)
+    assert limits is not None and limits.verdict.admitted
     held = await hold_for(
-        run_id=plan.run_id,
+        run_id=run_id,
         key=key,
         prompt_tokens=PROMPT,
         max_tokens=MAX_TOKENS,
         prices=PRICES,
         total_timeout_s=600.0,
     )
-    assert held is not None and plan.rate_limits is not None
-    plan.rate_limits.headers()
+    assert held is not None
+    limits.headers()
     await asyncio.sleep(0)  # the generation
+    # What the run's close does with money: the charge and the tokens counted.
     held.charge(usage_cost(USAGE, PRICES))
-    count_usage(plan.rate_limits, PROMPT, USAGE)
+    count_usage(limits, PROMPT, USAGE)
     await held.settled()
 
 

@@ -1,7 +1,7 @@
 """Time request validation per request, on each API surface: what the pipeline's validate step
 costs a chat completions body and the same request as a Messages body.
 
-Each body goes through its surface's `validate` (`gateway.pipeline.surface`: the bytes decoded
+Each body goes through its surface's `validate` (`gateway.contract.surface`: the bytes decoded
 with orjson and validated into the `ChatRequest` the pipeline works with; a Messages body is
 also translated into that chat request). The bodies: the README's example request, an agent
 turn with 20 tools and two rounds of tool calls, and a 50-message conversation, each in both
@@ -33,7 +33,9 @@ django.setup()
 
 from bench.commands import program  # noqa: E402
 from bench.harness.results import recorded  # noqa: E402
-from gateway.pipeline.surface import CHAT_COMPLETIONS, MESSAGES, Surface  # noqa: E402
+from gateway.contract.surface import Surface  # noqa: E402
+from gateway.surfaces.chat import SURFACE as CHAT_COMPLETIONS  # noqa: E402
+from gateway.surfaces.messages import SURFACE as MESSAGES  # noqa: E402
 
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
 SYSTEM = "You are a concise assistant for an inference platform."
