@@ -7,11 +7,12 @@ from django.conf import settings
 from core.db import database_read
 from core.lookups import lookup_cache
 from gateway.errors import ModelNotAvailable, ModelNotFound
-from gateway.models import CatalogModel
+from gateway.models import CatalogModel, Deployment
 
 
-async def model_resolve(name: str | None) -> CatalogModel:
-    """The catalog entry for `model` (the default when absent), ready to serve.
+async def model_resolve(name: str | None) -> tuple[CatalogModel, Deployment]:
+    """The catalog entry for `model` (the default when absent) and the deployment that serves
+    it.
 
     Raises `model_not_found` (404) for a name outside the catalog and `model_not_available`
     (503) for one that is listed but not deployed.
@@ -27,11 +28,12 @@ async def model_resolve(name: str | None) -> CatalogModel:
     model = await lookup_cache().get("model", name, load)
     if model is None:
         raise ModelNotFound(f"The model `{name}` does not exist.", param="model")
-    if not model.is_servable:
+    deployment = model.deployment if model.deployed else None
+    if deployment is None:
         raise ModelNotAvailable(
             f"The model `{model.id}` is in the catalog but not deployed yet.", param="model"
         )
-    return model
+    return model, deployment
 
 
 async def model_list() -> list[CatalogModel]:

@@ -77,17 +77,18 @@ async def complete(
         raise
 
     if claim is None:
-        return await generate(run, run.reach(Admitted(held)))
+        return await generate(run, Admitted(held))
     if claim.role == "shared":
         return await share(run, held, claim)
     try:
-        response = await generate(run, run.reach(Admitted(held, dedupe_role="leader")))
+        response = await generate(run, Admitted(held, dedupe_role="leader"))
     except BaseException:
         await claim.abandon(surface.envelope)
         raise
-    # Dedupe is for non-streaming requests only: the leader's answer is one body.
-    assert isinstance(response, HttpResponse)
-    await claim.answer(response)
+    if isinstance(response, HttpResponse):
+        await claim.answer(response)
+    else:  # a stream is never deduplicated (`read_dedupe_request`): there is nothing to share
+        await claim.abandon(surface.envelope)
     return response
 
 

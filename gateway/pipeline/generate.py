@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -26,6 +27,14 @@ from gateway.upstream.counting import UsageCounting
 logger = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True, slots=True)
+class UpstreamRequest:
+    """What is forwarded to a model server: the body, and its bytes as sent and stored."""
+
+    body: dict[str, Any]
+    encoded: bytes
+
+
 async def generate(run: RunInFlight, admitted: Admitted) -> HttpResponse | EventStreamResponse:
     """Generate the planned reply and relay it, as a stream or one JSON body."""
     held = admitted.held
@@ -33,20 +42,18 @@ async def generate(run: RunInFlight, admitted: Admitted) -> HttpResponse | Event
     resolved = planned.resolved
     accepted = resolved.prior
     chat, model, deployment = resolved.chat, resolved.model, resolved.deployment
-    forwarding = deployment.kind == Deployment.Kind.UPSTREAM
-    upstream_request = None
-    forwarded_body: dict[str, Any] = {}
-    if forwarding:
-        forwarded_body = upstream_body(
+    sent: UpstreamRequest | None = None
+    if deployment.kind == Deployment.Kind.UPSTREAM:
+        body = upstream_body(
             chat,
             upstream_model=deployment.upstream_model or model.id,
             max_tokens=held.max_tokens,
             extra_fields=deployment.extra_fields,
         )
-        upstream_request = encode_body(forwarded_body)
+        sent = UpstreamRequest(body, encode_body(body))
     # In the crash log once open, before the model server has the prompt: a worker killed from
     # here on leaves a run (and its budget draw) the next worker stores, and charges.
-    run.open(upstream_request=upstream_request)
+    run.open(admitted, upstream_request=None if sent is None else sent.encoded)
     run.publish("optimizer.report", report=planned.optimizer_report.as_dict())
     live = live_generations()
 
@@ -58,14 +65,13 @@ async def generate(run: RunInFlight, admitted: Admitted) -> HttpResponse | Event
     counting: UsageCounting | None = None
     try:
         stop = await live.register(accepted.run_id, accepted.organization.id)
-        if forwarding:
-            assert upstream_request is not None
+        if sent is not None:
             forwarded = await forward(
                 chat,
                 deployment=deployment,
                 session=resolved.session,
                 max_tokens=held.max_tokens,
-                body=upstream_request,
+                body=sent.encoded,
                 generation=generation,
                 counter=planned.counter,
             )
@@ -78,7 +84,7 @@ async def generate(run: RunInFlight, admitted: Admitted) -> HttpResponse | Event
                 )
             )
             deltas = forwarded.deltas
-            counting = UsageCounting.for_deployment(deployment, forwarded.replica, forwarded_body)
+            counting = UsageCounting.for_deployment(deployment, forwarded.replica, sent.body)
             ping_interval: float | None = settings.MORTAR_PING_SECONDS
         else:
             run.route_to(Routed(admitted, replica="", replica_name="", session_kept=None))

@@ -66,7 +66,7 @@ async def check_images(chat: ChatRequest, *, body_bytes: int) -> list[CheckedIma
 async def model_for(chat: ChatRequest, key: ApiKey) -> tuple[CatalogModel, Deployment]:
     """The model and its deployment, if the key may use it (its surface admits it or not
     after)."""
-    model = await model_resolve(chat.model)
+    model, deployment = await model_resolve(chat.model)
     if not key.allows_model(model.id):
         raise ModelNotAllowed(
             f"This API key may not use the model `{model.id}`; it may use: "
@@ -74,8 +74,6 @@ async def model_for(chat: ChatRequest, key: ApiKey) -> tuple[CatalogModel, Deplo
             + ".",
             param="model",
         )
-    deployment = model.deployment
-    assert deployment is not None  # model_resolve only returns servable models
     return model, deployment
 
 

@@ -180,10 +180,11 @@ class RunInFlight:
 
     # -- what happens ---------------------------------------------------------------------
 
-    def open(self, *, upstream_request: bytes | None) -> None:
-        """The run is about to generate: write it as decided, in progress, with what is sent."""
-        held = self.stage(Held)
-        assert held is not None, "a run opens once admitted"
+    def open(self, admitted: Admitted, *, upstream_request: bytes | None) -> None:
+        """The run, admitted, is about to generate: write it as decided, in progress, with what
+        is sent."""
+        held = admitted.held
+        self.reach(admitted)
         fields = self.fields()
         fields["status"] = Run.Status.IN_PROGRESS
         fields["stream"] = held.planned.stream
@@ -198,10 +199,9 @@ class RunInFlight:
     def route_to(self, routed: Routed) -> None:
         """The replica that answers: its name (never its URL) in the events clients read."""
         self.reach(routed)
-        resolved = self.stage(Resolved)
         self.publish(
             "request.routed",
-            deployment=resolved.deployment.name if resolved is not None else "",
+            deployment=routed.prior.held.planned.resolved.deployment.name,
             replica=routed.replica_name or None,
             sessionKept=routed.session_kept,
         )
@@ -350,9 +350,8 @@ class RunInFlight:
         counted = 0
         if admitted is not None and admitted.dedupe_role == "shared":
             cost = Decimal(0)  # the leader's run is charged for the generation, and counted
-        elif usage is not None:
-            planned = self.stage(Planned)
-            assert planned is not None, "usage comes from a model server, after planning"
+        elif usage is not None and (planned := self.stage(Planned)) is not None:
+            # Usage comes from a model server, so the run was planned: its model has prices.
             cost = usage_cost(usage.counts, planned.resolved.model.prices)
             limited = self.stage(Limited)
             if limited is not None and limited.rate_limits is not None:
