@@ -97,6 +97,7 @@ class RunInFlight:
         "_keeps",
         "_opened_fields",
         "_seq",
+        "_session",
         "_sink",
         "_started",
         "accepted",
@@ -115,6 +116,7 @@ class RunInFlight:
         # Chunks sent before the run's row is queued (a refusal's body): written after it.
         self._held_chunks: list[ChunkSent] = []
         self._seq = 0
+        self._session = ""  # every event names it: kept from the stage that resolved it
         self._opened_fields: RunFields | None = None
         self.closing = False  # its close has begun (it may wait for the usage to be counted)
         self.closed: Closed | None = None
@@ -140,8 +142,7 @@ class RunInFlight:
 
     @property
     def session(self) -> str:
-        resolved = self.stage(Resolved)
-        return "" if resolved is None else resolved.session
+        return self._session
 
     @property
     def keeps_content(self) -> bool:
@@ -152,6 +153,8 @@ class RunInFlight:
     def reach(self, stage: S) -> S:
         """The pipeline decided `stage` (which holds the stage reached so far)."""
         self.reached = stage
+        if type(stage) is Resolved:
+            self._session = stage.session
         return stage
 
     def stage(self, kind: type[S]) -> S | None:
