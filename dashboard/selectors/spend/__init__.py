@@ -30,7 +30,13 @@ from dashboard.selectors.spend.charts import (
     spend_charts,
     spend_totals_and_charts,
 )
-from dashboard.selectors.spend.runs import BIN_EDGES_MS, Bin, ErrorCount, errors_by_code, histogram
+from dashboard.selectors.spend.errors_and_latency import (
+    BIN_EDGES_MS,
+    Bin,
+    ErrorCount,
+    errors_by_code,
+    histogram,
+)
 from dashboard.selectors.spend.sums import DIMENSIONS, SpendFilters, Usage
 
 __all__ = [
