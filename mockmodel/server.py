@@ -7,24 +7,12 @@ empty `choices` when `stream_options.include_usage`, `[DONE]`), with usage carry
 `prompt_tokens_details.cached_tokens`, streamed tool-call pieces and reasoning. A reply that would
 hold one of the request's `stop` strings is cut before it, with the string in `stop_reason`.
 
-Behaviour is set per request by a directive in the conversation's text (a message's content, or
-the text parts of content parts, as beside an image), e.g.
-`[mock fault=drop chunks=10 delay_ms=50]`, or for every request by `POST /_mock/config`:
+Behaviour is set per request by a directive in the conversation's text, e.g.
+`[mock fault=drop chunks=10 delay_ms=50]`, or for every request by `POST /_mock/config`
+(`mockmodel.directives` lists them). The reply itself is `mockmodel.completion`'s.
 
-    fault       none | hang | error500 | error400 | status | drop | runon | garbage |
-                garbage_late | reset
-    status      the HTTP status `fault=status` answers with (an OpenAI-style error body)
-    retry_after the `Retry-After` seconds `fault=status` sends with it (0: no header)
-    chunks      content tokens to send (capped by max_tokens, except for fault=runon)
-    delay_ms    pause between chunks;   first_delay_ms   pause before the response starts
-    reasoning   reasoning tokens before the content (sent as `reasoning_content`); none when
-                the request turns thinking off (`chat_template_kwargs.enable_thinking: false`,
-                as Qwen3's chat template does on vLLM)
-    cached      `prompt_tokens_details.cached_tokens` to report;   usage=0 reports none
-
-It counts tokens as the model servers Mortar can ask do, with a tokenizer of its own (a word or
-a punctuation mark is a token) and a chat template that adds a system prompt when the
-conversation has none: vLLM's `POST /tokenize` (`messages`, or a `prompt`), llama.cpp's
+It counts tokens as the model servers Mortar can ask do, with a tokenizer and a chat template
+of its own (`mockmodel.tokens`): vLLM's `POST /tokenize` (`messages`, or a `prompt`), llama.cpp's
 `POST /apply-template` and `POST /tokenize` (`content`; `add_special` adds a BOS token), and
 llama-cpp-python's `POST /extras/tokenize/count` (`input`, always with a BOS token). The config's
 `count_delay_ms` slows every count down; `GET /_mock/counts` lists the counting requests.
@@ -38,31 +26,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
-import time
-import uuid
 from collections import deque
-from collections.abc import Iterator
 from typing import Any
 
 from aiohttp import web
 
-DIRECTIVE = re.compile(r"\[mock ([^\]]*)\]")
-DEFAULTS: dict[str, Any] = {
-    "fault": "none",
-    "chunks": 20,
-    "delay_ms": 0,
-    "first_delay_ms": 0,
-    "reasoning": 0,
-    "cached": 0,
-    "usage": 1,
-    "status": 500,
-    "retry_after": 0,
-    "count_delay_ms": 0,
-}
-TOKEN = re.compile(r"\w+|[^\w\s]")
-MOCK_SYSTEM_PROMPT = "You are a mock model, made for tests."
-RUNON_SAFETY_LIMIT = 100_000
+from mockmodel.completion import Completion
+from mockmodel.directives import DEFAULTS, settings_for
+from mockmodel.tokens import mock_chat_template, mock_tokens
 
 
 class MockModel:
@@ -135,21 +106,6 @@ class MockModel:
 
     # -- the chat API ----------------------------------------------------------------------
 
-    def settings_for(self, body: dict[str, Any]) -> dict[str, Any]:
-        settings = dict(self.defaults)
-        for message in body.get("messages") or ():
-            content = message.get("content")
-            if isinstance(content, list):  # content parts (images beside text): their text
-                content = "\n".join(
-                    part.get("text") or "" for part in content if isinstance(part, dict)
-                )
-            if isinstance(content, str):
-                for directive in DIRECTIVE.findall(content):
-                    for pair in directive.split():
-                        key, _, value = pair.partition("=")
-                        settings[key] = value if key == "fault" else int(value)
-        return settings
-
     async def chat(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
         body = json.loads(raw)
@@ -160,7 +116,7 @@ class MockModel:
         self.stats["requests"] += 1
         self.stats["in_flight"] += 1
         try:
-            response = await self._chat(request, body, self.settings_for(body))
+            response = await self._chat(request, body, settings_for(body, self.defaults))
             self.stats["completed"] += 1
             return response
         except (asyncio.CancelledError, ConnectionResetError):
@@ -249,186 +205,6 @@ class MockModel:
                 await asyncio.sleep(0)  # let a cancellation in
         await response.write_eof()
         return response
-
-
-class Completion:
-    """One reply, rendered as vLLM renders it."""
-
-    def __init__(self, body: dict[str, Any], settings: dict[str, Any]):
-        self.body = body
-        self.settings = dict(settings)
-        template = body.get("chat_template_kwargs") or {}
-        if template.get("enable_thinking") is False:
-            self.settings["reasoning"] = 0  # the chat template turns the model's thinking off
-        self.id = f"chatcmpl-{uuid.uuid4().hex}"
-        self.created = int(time.time())
-        self.model = body.get("model", "mock-model")
-        max_tokens = body.get("max_tokens") or body.get("max_completion_tokens") or 1 << 30
-        self.runon = settings["fault"] == "runon"
-        count = RUNON_SAFETY_LIMIT if self.runon else min(int(settings["chunks"]), max_tokens)
-        self.tool = self._tool_to_call()
-        self.pieces = [] if self.tool else [f" tok{i}" if i else "tok0" for i in range(count)]
-        self.finish_reason = (
-            "tool_calls"
-            if self.tool
-            else "length"
-            if (not self.runon and int(settings["chunks"]) > max_tokens)
-            else "stop"
-        )
-        self.stop_reason = self._stop_at_a_stop_string()
-        prompt_text = json.dumps(body.get("messages", []))
-        self.prompt_tokens = max(1, len(prompt_text) // 4)
-
-    def _stop_at_a_stop_string(self) -> str | None:
-        """As vLLM does: cut the reply before the first of the request's `stop` strings it
-        would hold, finish with `stop`, and name the string in `stop_reason`."""
-        stop = self.body.get("stop")
-        strings = [stop] if isinstance(stop, str) else list(stop or [])
-        text = "".join(self.pieces)
-        hits = [(text.find(string), string) for string in strings if string and string in text]
-        if not hits or self.runon:
-            return None
-        at, string = min(hits)
-        kept: list[str] = []
-        for piece in self.pieces:
-            room = at - len("".join(kept))
-            if room <= 0:
-                break
-            kept.append(piece[:room])
-        self.pieces = kept
-        self.finish_reason = "stop"
-        return string
-
-    def _tool_to_call(self) -> dict[str, Any] | None:
-        tools = self.body.get("tools") or []
-        choice = self.body.get("tool_choice", "auto")
-        messages = self.body.get("messages") or [{}]
-        if not tools or choice == "none" or messages[-1].get("role") == "tool":
-            return None
-        if isinstance(choice, dict):
-            name = choice["function"]["name"]
-            chosen: dict[str, Any] = next(t for t in tools if t["function"]["name"] == name)
-            return chosen
-        first: dict[str, Any] = tools[0]
-        return first
-
-    def usage(self) -> dict[str, Any]:
-        completion = len(self.pieces) + self.settings["reasoning"] + (9 if self.tool else 0)
-        usage: dict[str, Any] = {
-            "prompt_tokens": self.prompt_tokens,
-            "total_tokens": self.prompt_tokens + completion,
-            "completion_tokens": completion,
-        }
-        if self.settings["cached"]:
-            usage["prompt_tokens_details"] = {"cached_tokens": int(self.settings["cached"])}
-        return usage
-
-    def _chunk(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
-        data = {
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "choices": choices,
-            **extra,
-        }
-        return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
-
-    def _delta(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-        if finish_reason is not None and self.stop_reason is not None:
-            choice["stop_reason"] = self.stop_reason
-        return self._chunk([choice])
-
-    def events(self) -> Iterator[bytes]:
-        yield self._delta({"role": "assistant", "content": ""})
-        for i in range(int(self.settings["reasoning"])):
-            yield self._delta({"reasoning_content": f"think{i} "})
-        if self.tool:
-            name = self.tool["function"]["name"]
-            call_id = f"chatcmpl-tool-{uuid.uuid4().hex[:16]}"
-            yield self._delta(
-                {
-                    "tool_calls": [
-                        {
-                            "index": 0,
-                            "id": call_id,
-                            "type": "function",
-                            "function": {"name": name, "arguments": ""},
-                        }
-                    ]
-                }
-            )
-            for piece in ('{"city": ', '"Paris"}'):
-                yield self._delta({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})
-            yield self._delta({"content": ""}, "tool_calls")
-        else:
-            last = len(self.pieces) - 1
-            for i, piece in enumerate(self.pieces):
-                yield self._delta(
-                    {"content": piece}, self.finish_reason if i == last and not self.runon else None
-                )
-        options = self.body.get("stream_options") or {}
-        if options.get("include_usage") and self.settings["usage"]:
-            yield self._chunk([], usage=self.usage())
-        yield b"data: [DONE]\n\n"
-
-    def as_json(self) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.pieces) or None}
-        if self.settings["reasoning"]:
-            message["reasoning_content"] = "".join(
-                f"think{i} " for i in range(int(self.settings["reasoning"]))
-            )
-        if self.tool:
-            message["tool_calls"] = [
-                {
-                    "id": f"chatcmpl-tool-{uuid.uuid4().hex[:16]}",
-                    "type": "function",
-                    "function": {
-                        "name": self.tool["function"]["name"],
-                        "arguments": '{"city": "Paris"}',
-                    },
-                }
-            ]
-        result: dict[str, Any] = {
-            "id": self.id,
-            "object": "chat.completion",
-            "created": self.created,
-            "model": self.model,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": message,
-                    "logprobs": None,
-                    "finish_reason": self.finish_reason,
-                    "stop_reason": self.stop_reason,
-                }
-            ],
-        }
-        if self.settings["usage"]:
-            result["usage"] = self.usage()
-        return result
-
-
-def mock_tokens(text: str) -> list[str]:
-    """The mock's tokenizer: a word or a punctuation mark is a token."""
-    return TOKEN.findall(text)
-
-
-def mock_chat_template(messages: list[dict[str, Any]], add_generation_prompt: bool) -> str:
-    """ChatML, with a system prompt of the mock's own when the conversation has none (as
-    SmolLM2's template does)."""
-    parts = []
-    if not messages or messages[0].get("role") != "system":
-        parts.append(f"<|im_start|>system\n{MOCK_SYSTEM_PROMPT}<|im_end|>\n")
-    for message in messages:
-        content = message.get("content")
-        if not isinstance(content, str):
-            content = json.dumps(content)
-        parts.append(f"<|im_start|>{message.get('role')}\n{content}<|im_end|>\n")
-    if add_generation_prompt:
-        parts.append("<|im_start|>assistant\n")
-    return "".join(parts)
 
 
 def build_app(defaults: dict[str, Any] | None = None) -> web.Application:

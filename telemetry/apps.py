@@ -21,4 +21,9 @@ class TelemetryConfig(AppConfig):
     verbose_name = "Telemetry"
 
     def ready(self) -> None:
+        from telemetry.metrics import writer_depth
+        from telemetry.store.gauges import writer_depth_to
+
         post_migrate.connect(_partitions_ahead, sender=self, dispatch_uid="run-store-partitions")
+        # The run store imports nothing above it: the metrics are handed down to its writers.
+        writer_depth_to(writer_depth)

@@ -3,8 +3,9 @@
 Every metric is recorded at one seam: when a run closes (`RunSink.closed`), from the run's
 own fields — its route, model, HTTP status, duration, time to first token, usage and cost. Only
 the inflight gauge moves when a run opens, the upstream errors count where a model server
-fails, and the writer's gauges are set by the writer's loop once per batch. Nothing is
-recorded per chunk.
+fails, and the writer's gauges are set by the writer's loop once per batch (through
+`writer_depth`, which `telemetry.apps` hands down to the run store below). Nothing is recorded
+per chunk.
 
 A labelled metric's series would appear only with its first event, and an alert could not tell
 "none yet" from "missing": the label sets Mortar knows of — each catalog model's cost and

@@ -256,8 +256,8 @@ class UsageRollup(models.Model):
         ]
         indexes = [
             models.Index(fields=["organization", "hour"], name="rollup_org_hour"),
-            # The Spend page's cache savings of the end users it lists (their slices keep no
-            # model to price them by).
+            # The Spend page's cache savings of the end users it lists (their breakdowns keep
+            # no model to price them by).
             models.Index(fields=["end_user", "hour"], name="rollup_end_user_hour"),
         ]
 
@@ -265,14 +265,14 @@ class UsageRollup(models.Model):
         return f"{self.organization_id} {self.hour:%Y-%m-%d %H}:00 {self.model}"
 
 
-class UsageSlice(models.Model):
+class UsageBreakdown(models.Model):
     """The rollups summed again over a coarser grain — an hour or a day, and one breakdown's
     columns only — so a month's Spend page reads thousands of rows, not one per run.
 
-    Derived from `UsageRollup` only (telemetry/services/rollups.py recomputes an hour's slices
-    with its rows, a day's after its hours), so the two always sum alike. A grain keeps the
-    columns its breakdown needs and leaves the others at their defaults; `model` is kept where
-    the breakdown's cache savings need it (priced per model at read time).
+    Derived from `UsageRollup` only (telemetry/services/rollups.py recomputes an hour's
+    breakdowns with its rows, a day's after its hours), so the two always sum alike. A grain
+    keeps the columns its breakdown needs and leaves the others at their defaults; `model` is
+    kept where the breakdown's cache savings need it (priced per model at read time).
     """
 
     class Span(models.TextChoices):
@@ -281,7 +281,7 @@ class UsageSlice(models.Model):
 
     span = models.CharField(max_length=4, choices=Span.choices)
     start = models.DateTimeField()
-    grain = models.CharField(max_length=16)  # telemetry.services.rollups.SLICE_GRAINS
+    grain = models.CharField(max_length=16)  # telemetry.services.breakdowns.BREAKDOWN_GRAINS
     # A plain number, 0 for the sum over every organization (the `end_user_all` grain); no
     # foreign key, so the unique key has no NULLs.
     organization_id = models.BigIntegerField(default=0)
@@ -310,15 +310,16 @@ class UsageSlice(models.Model):
                     "model",
                     "deployment",
                 ],
-                name="usage_slice_unique",
+                name="usage_breakdown_unique",
             )
         ]
         indexes = [
             models.Index(
-                fields=["span", "grain", "organization_id", "start"], name="usage_slice_org_start"
+                fields=["span", "grain", "organization_id", "start"],
+                name="usage_breakdown_org_start",
             ),
             # The Spend page's chart lines: the top end users' own rows.
-            models.Index(fields=["grain", "end_user", "start"], name="usage_slice_end_user"),
+            models.Index(fields=["grain", "end_user", "start"], name="usage_breakdown_end_user"),
         ]
 
     def __str__(self) -> str:

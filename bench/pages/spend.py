@@ -2,9 +2,9 @@
 
 Seeds its own database (`spend_page_bench`) with the runs list bench's million runs (20
 organizations, 100 keys, 5,000 end users, 5 models, 30 days, 2% errors; bench/pages/seed.py),
-once, rolls them up by hour and slices them (telemetry/services/slices.py; no beat: the last
-two hours are read from the runs, as on a server whose rollups were never refreshed in the
-current hour). Then times, as the median of a few tries, the refresh beat runs every five
+once, rolls them up by hour and sums them per breakdown (telemetry/services/breakdowns.py; no
+beat: the last two hours are read from the runs, as on a server whose rollups were never
+refreshed in the current hour). Then times, as the median of a few tries, the refresh beat runs every five
 minutes, each of the page's queries and the whole page through Django, for the last 24 hours
 and 30 days, every organization and one.
 
@@ -46,7 +46,7 @@ def seed(*, reseed: bool, runs: int = RUNS) -> int:
         # CASCADE: the runs' image links and the rollups refer to the runs' tables.
         cursor.execute(
             "TRUNCATE telemetry_runchunk, telemetry_run, telemetry_usagerollup,"
-            " telemetry_usageslice CASCADE"
+            " telemetry_usagebreakdown CASCADE"
         )
         cursor.execute(SEED_SQL, {"runs": runs})
         cursor.execute("ANALYZE telemetry_run")
@@ -65,8 +65,8 @@ def main(argv: list[str]) -> None:
 
 
 def time_the_page(count: int) -> None:
-    """Roll up and slice the runs if not done yet, then print the median time of the refresh,
-    of each of the page's queries and of the whole page."""
+    """Roll up the runs and sum their breakdowns if not done yet, then print the median time of
+    the refresh, of each of the page's queries and of the whole page."""
     from django.contrib.auth.models import User
     from django.db import connection
     from django.test import Client
@@ -82,9 +82,9 @@ def time_the_page(count: int) -> None:
         usage_by,
     )
     from dashboard.services import usage_rollups_refresh_without_beat
-    from telemetry.models import UsageRollup, UsageSlice
+    from telemetry.models import UsageBreakdown, UsageRollup
+    from telemetry.services.breakdowns import usage_breakdowns_backfill
     from telemetry.services.rollups import usage_rollups_refresh
-    from telemetry.services.slices import usage_slices_backfill
 
     now = timezone.now()
     if not UsageRollup.objects.exists():
@@ -93,14 +93,14 @@ def time_the_page(count: int) -> None:
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE telemetry_usagerollup")
         print(f"rolled up in {time.perf_counter() - began:.1f} s")
-    if not UsageSlice.objects.exists():  # rollups made before slices: as the migration does
+    if not UsageBreakdown.objects.exists():  # rollups made before breakdowns: as the migration does
         began = time.perf_counter()
-        usage_slices_backfill()
-        print(f"sliced in {time.perf_counter() - began:.1f} s")
+        usage_breakdowns_backfill()
+        print(f"breakdowns summed in {time.perf_counter() - began:.1f} s")
     with connection.cursor() as cursor:
-        cursor.execute("ANALYZE telemetry_usageslice")  # autovacuum's job on a server
+        cursor.execute("ANALYZE telemetry_usagebreakdown")  # autovacuum's job on a server
     print(f"{count:,} runs, {UsageRollup.objects.count():,} rollup rows in {BENCH_DB}")
-    # The refresh beat runs every five minutes (the last two hours, and their days' slices).
+    # The refresh beat runs every five minutes (the last two hours, and their days' breakdowns).
     ms = median_ms(lambda: usage_rollups_refresh(since=now - timedelta(hours=2), until=now), TRIES)
     print(f"rollup refresh of the last 2 hours (beat's, every 5 min): {ms:.0f} ms")
     # The pages' in-process catch-up (the embedded default's; its first looks back 7 days)
@@ -110,7 +110,7 @@ def time_the_page(count: int) -> None:
     began = time.perf_counter()
     usage_rollups_refresh_without_beat()
     with connection.cursor() as cursor:
-        for table in ("telemetry_usagerollup", "telemetry_usageslice"):
+        for table in ("telemetry_usagerollup", "telemetry_usagebreakdown"):
             cursor.execute(f"VACUUM ANALYZE {table}")
     print(f"in-process catch-up, then VACUUM ANALYZE: {time.perf_counter() - began:.1f} s")
 

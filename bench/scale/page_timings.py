@@ -255,7 +255,7 @@ def staff_client() -> Client:
 
 
 def roll_up(days: int) -> float:
-    """Beat's rollups and slices of the last `days` days (what Spend reads); return seconds."""
+    """Beat's rollups and breakdowns of the last `days` days (what Spend reads); return seconds."""
     from django.db import connection
 
     from telemetry.services.rollups import usage_rollups_refresh
@@ -265,7 +265,7 @@ def roll_up(days: int) -> float:
     usage_rollups_refresh(since=now - timedelta(days=days), until=now)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE telemetry_usagerollup")
-        cursor.execute("ANALYZE telemetry_usageslice")
+        cursor.execute("ANALYZE telemetry_usagebreakdown")
     return time.perf_counter() - began
 
 

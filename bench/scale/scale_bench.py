@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> None:
             flush=True,
         )
         rollup_s = page_timings.roll_up(31)
-        print(f"rollups and slices of the last 31 days (beat's): {rollup_s:.0f} s", flush=True)
+        print(f"rollups and breakdowns of the last 31 days (beat's): {rollup_s:.0f} s", flush=True)
         meta |= {
             "runs": args.runs,
             "days": args.days,

@@ -7,9 +7,10 @@ from django.db.migrations.state import StateApps
 
 def backfill(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     """Slice the rollups made before slices existed, so long ranges read right at once."""
-    from telemetry.services.slices import usage_slices_backfill
+    from telemetry.services.breakdowns import usage_breakdowns_backfill
 
-    usage_slices_backfill()
+    # Into the table as it is named here (migration 0023 renames it).
+    usage_breakdowns_backfill(table=apps.get_model("telemetry", "UsageSlice")._meta.db_table)
 
 
 class Migration(migrations.Migration):

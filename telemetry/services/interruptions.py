@@ -13,8 +13,8 @@ was last known alive (its last renewal or its last stored chunk, whichever is la
   order), count their stored chunks, close them. Several workers and the beat sweeping at once
   close each run exactly once, and a run whose real outcome was written meanwhile is left
   alone. A replay writing a run's chunks (`telemetry.store.batches.write_batch`) takes the
-  same lock, so the count is never taken between its chunks and its commit: it is taken before
-  them (and the replay counts again), or after.
+  same lock (`telemetry.store.run_locks`), so the count is never taken between its chunks and
+  its commit: it is taken before them (and the replay counts again), or after.
 - A run stays open to late rows: chunks appended after the close are stored as any chunk, and
   an outcome that arrives later (the worker's spool drained by a restarted worker, or a worker
   that was only cut off from the database) replaces the interruption — the real outcome wins.
@@ -27,7 +27,6 @@ was last known alive (its last renewal or its last stored chunk, whichever is la
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
@@ -47,6 +46,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from telemetry.models import Run, RunChunk, WorkerLease
+from telemetry.store.run_locks import runs_lock
 
 WORKER_INTERRUPTED = "worker_interrupted"
 UNOWNED_AFTER = timedelta(hours=6)
@@ -174,20 +174,6 @@ def _interrupt(orphans: list[Orphan], last_seen: dict[str, datetime]) -> list[Or
             ["status", "finished_at", "error_code", "error_message", "chunk_count"],
         )
     return closing
-
-
-def runs_lock(run_ids: Collection[str], *, in_progress_only: bool = False) -> set[str]:
-    """Lock these runs until the transaction ends, and return the ids locked.
-
-    The sweep locks the runs it closes, and a replay of a dead writer's log locks the runs of
-    its chunks (`telemetry.store.batches.write_batch`), so a sweep never counts a run's chunks
-    between a replay's and its commit. Always in id order, so sweepers and replays never
-    deadlock one another. (SQLite: each transaction holds the whole database already.)
-    """
-    runs = Run.objects.filter(pk__in=run_ids)
-    if in_progress_only:
-        runs = runs.filter(status=Run.Status.IN_PROGRESS)
-    return set(runs.order_by("pk").select_for_update(no_key=True).values_list("pk", flat=True))
 
 
 def _closed(

@@ -23,10 +23,10 @@ runs are stored. Decisions:
 - Latency and time to first token are summed as intervals and floored to milliseconds.
 - Recomputing an hour whose runs retention has purged would shrink its rows: recompute old
   hours only while their runs are stored (the automatic refresh only looks back `hours`).
-- **Slices** (telemetry/services/slices.py): each hour's rollups summed again per breakdown,
-  recomputed with the hour; a day's by the refresh whose window it ends in, or a later one
-  that recomputes one of its hours (`usage_slice_days_ended`; a caller of
-  `usage_rollup_hour_recompute` alone leaves the day's slices to the next refresh).
+- **Usage breakdowns** (telemetry/services/breakdowns.py): each hour's rollups summed again per
+  breakdown, recomputed with the hour; a day's by the refresh whose window it ends in, or a
+  later one that recomputes one of its hours (`usage_breakdown_days_ended`; a caller of
+  `usage_rollup_hour_recompute` alone leaves the day's breakdowns to the next refresh).
 - **Without beat** (the embedded default: no Redis, so no broker beat could send to), the
   dashboard's pages that read rollups refresh them in-process first
   (`usage_rollups_keep_fresh`, at most every `IN_PROCESS_EVERY`; `MORTAR_ROLLUPS_IN_PROCESS`).
@@ -46,8 +46,8 @@ from django.db.models import BigIntegerField, Count, DecimalField, F, Q, Sum, Va
 from django.db.models.functions import Coalesce, TruncHour
 from django.utils import timezone
 
-from telemetry.models import Run, UsageRollup, UsageSlice
-from telemetry.services.slices import ONE_DAY, day_of, usage_slices_recompute
+from telemetry.models import Run, UsageBreakdown, UsageRollup
+from telemetry.services.breakdowns import ONE_DAY, day_of, usage_breakdowns_recompute
 
 logger = logging.getLogger(__name__)
 
@@ -117,21 +117,22 @@ def usage_rollups_refresh(*, since: datetime, until: datetime | None = None) -> 
     """Recompute every hour with a run accepted or finished in [since, until)."""
     hours = usage_rollup_hours_touched(since=since, until=until)
     rows = sum(usage_rollup_hour_recompute(hour=hour) for hour in hours)
-    for day in usage_slice_days_ended(since=since, until=until or timezone.now(), hours=hours):
-        usage_slices_recompute(span=UsageSlice.Span.DAY, start=day)
+    for day in usage_breakdown_days_ended(since=since, until=until or timezone.now(), hours=hours):
+        usage_breakdowns_recompute(span=UsageBreakdown.Span.DAY, start=day)
     if hours:
         logger.info("usage rollups: %d hours recomputed, %d rows", len(hours), rows)
     return RollupCounts(hours=len(hours), rows=rows)
 
 
-def usage_slice_days_ended(
+def usage_breakdown_days_ended(
     *, since: datetime, until: datetime, hours: list[datetime]
 ) -> list[datetime]:
-    """The days whose slices a refresh of [since, until) recomputes, after their hours: those
-    that ended in it, and those over before it with an hour recomputed (a run finished late).
+    """The days whose breakdowns a refresh of [since, until) recomputes, after their hours:
+    those that ended in it, and those over before it with an hour recomputed (a run finished
+    late).
 
-    A day's slices are read only once it is over (the Spend page reads the running day by the
-    hour), so the running day's are not rewritten at every refresh; and a day ends in some
+    A day's breakdowns are read only once it is over (the Spend page reads the running day by
+    the hour), so the running day's are not rewritten at every refresh; and a day ends in some
     refresh's window, as each starts at the last one's watermark, so a quiet night is not
     missed.
     """
@@ -175,7 +176,7 @@ def usage_rollup_hour_recompute(*, hour: datetime) -> int:
         unique_fields=GROUP_FIELDS,
         update_fields=MEASURE_FIELDS,
     )
-    usage_slices_recompute(span=UsageSlice.Span.HOUR, start=hour)
+    usage_breakdowns_recompute(span=UsageBreakdown.Span.HOUR, start=hour)
     return len(rows)
 
 

@@ -18,11 +18,11 @@ from django.db.models import Count, OuterRef, Subquery
 
 from core.db import DatabaseAway, drop_broken_connection
 from telemetry.models import Run, RunChunk
-from telemetry.services.interruptions import runs_lock
 from telemetry.store import postgres, sqlite
 from telemetry.store.fields import RunFields
 from telemetry.store.images import RunImages, fields_with_references, hashed, run_images_write
 from telemetry.store.items import ChunkSent, RunOpened, WriterItem
+from telemetry.store.run_locks import runs_lock
 from telemetry.store.search_text import prompt_text
 
 logger = logging.getLogger(__name__)

@@ -26,6 +26,10 @@ class ChunkSent(NamedTuple):
     data: bytes
 
 
+# A chunk's values as a plain tuple, in `ChunkSent`'s order: what the Postgres writer takes.
+Chunk = tuple[str, int, int, bytes]
+
+
 class RunClosed(NamedTuple):
     run_id: str
     fields: RunFields

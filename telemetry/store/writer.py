@@ -43,9 +43,9 @@ from django.conf import settings
 from django.db import connection
 
 from core.db import DatabaseAway, drop_broken_connection
-from telemetry.metrics import writer_depth
 from telemetry.store import chunklog
 from telemetry.store.batches import database_reachable, write_batch, write_runs_one_by_one
+from telemetry.store.gauges import report_writer_depth
 from telemetry.store.items import ChunkSent, WriterItem, decode_row, encode_row
 from telemetry.store.spool import Spool
 
@@ -244,7 +244,7 @@ class RunWriter:
         next_scan = 0.0
         while True:
             # Once a batch, never per row: what /metrics shows of this writer.
-            writer_depth(len(self._queue), self._spooled)
+            report_writer_depth(len(self._queue), self._spooled)
             if time.monotonic() >= next_scan:  # at start, then now and then
                 await self._claim_orphans()
                 next_scan = time.monotonic() + ORPHAN_SCAN_SECONDS

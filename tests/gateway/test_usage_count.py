@@ -16,7 +16,7 @@ from django.core.exceptions import ValidationError
 
 from gateway.catalog.config_file import ConfigError, parse_config
 from gateway.models import Deployment
-from mockmodel.server import MOCK_SYSTEM_PROMPT, mock_tokens
+from mockmodel.tokens import MOCK_SYSTEM_PROMPT, mock_tokens
 from tests.conftest import Tenant, manage, wait_for_run
 from tests.support.servers import ServerProcess, start_mock_model
 

@@ -1,5 +1,5 @@
 """Finished runs written straight to the run store, for the tests of what reads it (the
-dashboard's selectors, the rollups and their slices)."""
+dashboard's selectors, the rollups and their breakdowns)."""
 
 from __future__ import annotations
 

@@ -4,9 +4,9 @@ saved, which errors, and how long runs took.
 Sums come from the same two sources as the Overview's (`dashboard/selectors/overview.py`): the
 hourly rollups for the hours before the one of their last refresh, and the runs themselves from
 that hour on (`fresh_since`), so the two pages agree and a run shows the moment it is stored.
-The rollups are read through their slices (telemetry/services/slices.py: the same sums per
-breakdown, by the hour and by the day): a range's whole days from the day slices, its other
-hours from the hourly ones — or, for end users, from the rollups themselves.
+The rollups are read through their usage breakdowns (telemetry/services/breakdowns.py: the same
+sums per breakdown, by the hour and by the day): a range's whole days from the daily ones, its
+other hours from the hourly ones — or, for end users, from the rollups themselves.
 The two grouped queries are put together in SQL (`UNION ALL`, then grouped again), so a
 breakdown by a dimension with many values (end users) is sorted and cut in the database and
 never summed in Python. The page reads its five breakdowns in one query (`usage_by_each`: the
@@ -30,7 +30,13 @@ from dashboard.selectors.spend.charts import (
     spend_charts,
     spend_totals_and_charts,
 )
-from dashboard.selectors.spend.runs import BIN_EDGES_MS, Bin, ErrorCount, errors_by_code, histogram
+from dashboard.selectors.spend.errors_and_latency import (
+    BIN_EDGES_MS,
+    Bin,
+    ErrorCount,
+    errors_by_code,
+    histogram,
+)
 from dashboard.selectors.spend.sums import DIMENSIONS, SpendFilters, Usage
 
 __all__ = [

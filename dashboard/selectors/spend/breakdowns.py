@@ -125,7 +125,7 @@ def _typed(dimension: str, value: str) -> Any:
 def _end_user_savings(
     filters: SpendFilters, end_users: list[str], *, now: datetime
 ) -> dict[str, Decimal]:
-    """What caching saved each of `end_users`, from the rollups: their slices keep no model to
+    """What caching saved each of `end_users`, from the rollups: their breakdowns keep no model to
     price cached tokens by (an index scan on `rollup_end_user_hour`)."""
     union, params = grouped_sql(
         filters,
@@ -134,7 +134,7 @@ def _end_user_savings(
         by_bucket=False,
         now=now,
         only=("end_user", end_users),
-        day_slices=False,
+        day_breakdowns=False,
     )
     sql = f"SELECT u.d_end_user, COALESCE(SUM(u.s_saved), 0) FROM ({union}) AS u GROUP BY 1"
     with connection.cursor() as cursor:

@@ -1,4 +1,4 @@
-"""The spend page's sums: the rollups (through their slices) before the hours of their last
+"""The spend page's sums: the rollups (through their breakdowns) before the hours of their last
 refresh and the runs from then on, grouped alike and put together in one `UNION ALL` query
 (`grouped_sql`), which the breakdowns and charts sum again.
 
@@ -35,9 +35,9 @@ from billing.costs import PER_MILLION
 from dashboard.selectors.overview import fresh_since
 from dashboard.selectors.scope import of_organizations
 from gateway.models import CatalogModel
-from telemetry.models import Run, UsageRollup, UsageSlice
+from telemetry.models import Run, UsageBreakdown, UsageRollup
+from telemetry.services.breakdowns import GRAINS_BY_SPAN
 from telemetry.services.rollups import IS_ERROR, usage_rollups_watermark
-from telemetry.services.slices import GRAINS_BY_SPAN
 
 # The breakdowns, and the column each is grouped by in the rollups and in the runs.
 DIMENSIONS = ("organization", "key", "end_user", "model", "deployment")
@@ -53,7 +53,8 @@ RUN_COLUMN: dict[str, Expression | F] = {
     # 0 for a run without a key, as the rollups store it.
     "key": Coalesce(F("api_key_id"), Value(0), output_field=BigIntegerField()),
 }
-# The slice grain each breakdown (and its chart) is summed from (telemetry/services/slices.py).
+# The grain of usage breakdowns each breakdown (and its chart) is summed from
+# (telemetry/services/breakdowns.py).
 GRAIN = {
     "organization": "model",
     "key": "key",
@@ -117,8 +118,8 @@ def _floor_day(moment: datetime) -> datetime:
 
 @dataclass(frozen=True)
 class Periods:
-    """Where the summed rows of a range come from: its whole days from the day slices, its
-    other hours from hourly rows (slices or rollups), and the runs from `fresh` on."""
+    """Where the summed rows of a range come from: its whole days from the daily breakdowns,
+    its other hours from hourly rows (breakdowns or rollups), and the runs from `fresh` on."""
 
     hours: list[tuple[datetime, datetime]]
     days: tuple[datetime, datetime] | None
@@ -147,12 +148,12 @@ def _summed_sources(
     org = filters.organization_id
     sources: list[tuple[QuerySet[Any], str]] = []
     if periods.hours:
-        if grain in GRAINS_BY_SPAN[UsageSlice.Span.HOUR]:
-            hourly: QuerySet[Any] = UsageSlice.objects.filter(
-                _within(periods.hours, "start"), span=UsageSlice.Span.HOUR, grain=grain
+        if grain in GRAINS_BY_SPAN[UsageBreakdown.Span.HOUR]:
+            hourly: QuerySet[Any] = UsageBreakdown.objects.filter(
+                _within(periods.hours, "start"), span=UsageBreakdown.Span.HOUR, grain=grain
             )
             time_column = "start"
-        else:  # end users by the hour: the rollups themselves (a slice would be as large)
+        else:  # end users by the hour: the rollups themselves (a breakdown would be as large)
             hourly = UsageRollup.objects.filter(_within(periods.hours, "hour"))
             time_column = "hour"
         hourly = of_organizations(hourly, org, filters.organizations)
@@ -161,8 +162,8 @@ def _summed_sources(
         first, last = periods.days
         every = org is None and filters.organizations is None
         day_grain = "end_user_all" if grain == "end_user" and every else grain
-        daily = UsageSlice.objects.filter(
-            span=UsageSlice.Span.DAY, grain=day_grain, start__gte=first, start__lt=last
+        daily = UsageBreakdown.objects.filter(
+            span=UsageBreakdown.Span.DAY, grain=day_grain, start__gte=first, start__lt=last
         )
         daily = of_organizations(daily, org, filters.organizations)
         sources.append((daily, "start"))
@@ -222,15 +223,15 @@ def grouped_sql(
     by_bucket: bool,
     now: datetime,
     only: Only | None = None,
-    day_slices: bool = True,
+    day_breakdowns: bool = True,
     fresh_groups: str | None = None,
 ) -> tuple[str, list[Any]]:
     """The summed rows and the fresh runs grouped alike (the same columns in the same order),
     as one `UNION ALL`; with `only`, the rows of those values only. With `fresh_groups`, the
     name of a CTE of `fresh_groups_sql`, the fresh runs' part sums its groups instead of the
     runs (not by bucket: its groups have none)."""
-    # A day slice cannot be cut in hours.
-    days = (filters.bucket == "day" or not by_bucket) and day_slices
+    # A day's breakdown cannot be cut in hours.
+    days = (filters.bucket == "day" or not by_bucket) and day_breakdowns
     periods = _periods(filters, days=days, now=now)
     sources = _summed_sources(filters, grain, periods)
     runs = _fresh_runs(filters, periods)

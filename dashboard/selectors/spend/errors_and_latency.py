@@ -1,6 +1,6 @@
-"""From the runs themselves: error runs by code, and the latency and time-to-first-token
-histograms of the range's latest completed runs (`PERCENTILE_SAMPLE`, as the Overview's
-percentiles)."""
+"""The Spend page's errors and latency, read from the runs themselves: error runs by code, and
+the latency and time-to-first-token histograms of the range's latest completed runs
+(`PERCENTILE_SAMPLE`, as the Overview's percentiles)."""
 
 from __future__ import annotations
 

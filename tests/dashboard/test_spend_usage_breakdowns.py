@@ -1,5 +1,5 @@
-"""Usage slices (telemetry/services/slices.py) against the runs they sum: each grain, by hour
-and by day, after refreshes that land mid-hour, and the Spend page's long ranges read from
+"""Usage breakdowns (telemetry/services/breakdowns.py) against the runs they sum: each grain, by
+hour and by day, after refreshes that land mid-hour, and the Spend page's long ranges read from
 them — partial first and last days included — agreeing with the runs and with the Overview."""
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from dashboard.selectors.spend import (
 )
 from dashboard.selectors.spend.charts import _costs_per_bucket, _moment
 from gateway.models import CatalogModel, Deployment
-from telemetry.models import Run, UsageSlice
+from telemetry.models import Run, UsageBreakdown
+from telemetry.services.breakdowns import BREAKDOWN_GRAINS, usage_breakdowns_backfill
 from telemetry.services.rollups import (
     IN_PROCESS_KEY,
     IS_ERROR,
@@ -34,7 +35,6 @@ from telemetry.services.rollups import (
     usage_rollups_keep_fresh,
     usage_rollups_refresh,
 )
-from telemetry.services.slices import SLICE_GRAINS, usage_slices_backfill
 from tests.support.runs import finished_run
 
 pytestmark = pytest.mark.django_db
@@ -53,16 +53,16 @@ def traffic() -> dict[str, Organization]:
     """Runs every five hours over four days: two organizations, keys, end users (one shared
     by both organizations), two models on two deployments, errors, cached tokens."""
     cache.delete(WATERMARK_KEY)
-    deployment = Deployment.objects.create(name="dep-slice")
+    deployment = Deployment.objects.create(name="dep-breakdown")
     CatalogModel.objects.create(
-        id="slice-a",
+        id="breakdown-a",
         deployment=deployment,
         price_input=Decimal("2"),
         price_cached_input=Decimal("0.5"),
         price_output=Decimal("8"),
     )
-    acme = Organization.objects.create(name="slice-acme")
-    other = Organization.objects.create(name="slice-other")
+    acme = Organization.objects.create(name="breakdown-acme")
+    other = Organization.objects.create(name="breakdown-other")
     keys = [key_create(organization=acme, name=n).key for n in ("ci", "bot")]
     users = ["ann", "ben", "cid"]
     moment = DAY0 + timedelta(hours=3, minutes=7)
@@ -74,7 +74,7 @@ def traffic() -> dict[str, Organization]:
             moment,
             api_key=keys[i % 2] if org == acme else None,
             end_user=users[i % 3],
-            model=("slice-a", "slice-b")[i % 5 % 2],
+            model=("breakdown-a", "breakdown-b")[i % 5 % 2],
             deployment=("dep-a", "dep-b")[i % 5 % 2],
             cached_tokens=(i % 3) * 1_000,
             cost=Decimal(i % 7) / 100,
@@ -90,13 +90,13 @@ def traffic() -> dict[str, Organization]:
 
 
 def sums_of(rows: object, columns: tuple[str, ...]) -> dict[tuple[Any, ...], tuple[Any, ...]]:
-    """Requests, errors, tokens and cost per value of `columns` (runs or slices alike)."""
+    """Requests, errors, tokens and cost per value of `columns` (runs or breakdowns alike)."""
     found: dict[tuple[Any, ...], list[Any]] = defaultdict(lambda: [0, 0, 0, 0, 0, Decimal(0)])
     for row in rows:  # type: ignore[attr-defined]
         key = tuple(getattr(row, c) for c in columns)
         sums = found[key]
         sums[0] += getattr(row, "requests", 1)
-        sums[1] += row.errors if isinstance(row, UsageSlice) else int(row.is_error)
+        sums[1] += row.errors if isinstance(row, UsageBreakdown) else int(row.is_error)
         sums[2] += row.prompt_tokens or 0
         sums[3] += row.completion_tokens or 0
         sums[4] += row.cached_tokens or 0
@@ -109,7 +109,7 @@ def runs_with_error_flag(**where: object) -> list[Run]:
     # This test's runs only: browser tests elsewhere commit runs of their own.
     runs = list(
         Run.objects.exclude(status=Run.Status.IN_PROGRESS).filter(
-            organization__name__startswith="slice-", **where
+            organization__name__startswith="breakdown-", **where
         )
     )
     for run in runs:
@@ -118,7 +118,7 @@ def runs_with_error_flag(**where: object) -> list[Run]:
     return runs
 
 
-SLICE_COLUMNS = (
+BREAKDOWN_COLUMNS = (
     "span",
     "grain",
     "start",
@@ -135,31 +135,35 @@ SLICE_COLUMNS = (
 
 
 def run_columns(grain: str) -> tuple[str, ...]:
-    return tuple(c for c in SLICE_GRAINS[grain])
+    return tuple(c for c in BREAKDOWN_GRAINS[grain])
 
 
-@pytest.mark.parametrize("grain", sorted(SLICE_GRAINS))
-def test_each_day_s_slices_sum_to_its_runs(traffic: dict[str, Organization], grain: str) -> None:
+@pytest.mark.parametrize("grain", sorted(BREAKDOWN_GRAINS))
+def test_each_day_s_breakdowns_sum_to_its_runs(
+    traffic: dict[str, Organization], grain: str
+) -> None:
     usage_rollups_refresh(since=DAY0, until=NOW)
-    # The running day (NOW's) is not sliced by the day until it is over.
-    assert not UsageSlice.objects.filter(span="day", start=DAY0 + timedelta(days=3)).exists()
+    # The running day (NOW's) is not broken down by the day until it is over.
+    assert not UsageBreakdown.objects.filter(span="day", start=DAY0 + timedelta(days=3)).exists()
     for day in range(3):
         start = DAY0 + timedelta(days=day)
         runs = runs_with_error_flag(
             accepted_at__gte=start, accepted_at__lt=start + timedelta(days=1)
         )
-        slices = UsageSlice.objects.filter(span="day", grain=grain, start=start)
+        breakdowns = UsageBreakdown.objects.filter(span="day", grain=grain, start=start)
         assert runs, "each day has runs"
-        assert sums_of(slices, run_columns(grain)) == sums_of(runs, run_columns(grain))
+        assert sums_of(breakdowns, run_columns(grain)) == sums_of(runs, run_columns(grain))
     # The sum over every organization: `end_user_all` rows say organization 0.
     if grain == "end_user_all":
         assert set(
-            UsageSlice.objects.filter(grain=grain).values_list("organization_id", flat=True)
+            UsageBreakdown.objects.filter(grain=grain).values_list("organization_id", flat=True)
         ) == {0}
 
 
 @pytest.mark.parametrize("grain", ["model", "key", "deployment"])
-def test_each_hour_s_slices_sum_to_its_runs(traffic: dict[str, Organization], grain: str) -> None:
+def test_each_hour_s_breakdowns_sum_to_its_runs(
+    traffic: dict[str, Organization], grain: str
+) -> None:
     usage_rollups_refresh(since=DAY0, until=NOW)
     hours = sorted(
         {
@@ -172,8 +176,8 @@ def test_each_hour_s_slices_sum_to_its_runs(traffic: dict[str, Organization], gr
         runs = runs_with_error_flag(
             accepted_at__gte=hour, accepted_at__lt=hour + timedelta(hours=1)
         )
-        slices = UsageSlice.objects.filter(span="hour", grain=grain, start=hour)
-        assert sums_of(slices, run_columns(grain)) == sums_of(runs, run_columns(grain))
+        breakdowns = UsageBreakdown.objects.filter(span="hour", grain=grain, start=hour)
+        assert sums_of(breakdowns, run_columns(grain)) == sums_of(runs, run_columns(grain))
 
 
 def test_a_refresh_mid_hour_then_another_counts_each_run_once(
@@ -182,7 +186,9 @@ def test_a_refresh_mid_hour_then_another_counts_each_run_once(
     acme = traffic["acme"]
     hour = DAY0 + timedelta(days=3, hours=15)
     usage_rollups_refresh(since=DAY0, until=hour)
-    make_run(acme, hour + timedelta(minutes=5), end_user="dee", model="slice-a", cost=Decimal("1"))
+    make_run(
+        acme, hour + timedelta(minutes=5), end_user="dee", model="breakdown-a", cost=Decimal("1")
+    )
     streaming = make_run(
         acme,
         hour + timedelta(minutes=9),
@@ -196,7 +202,7 @@ def test_a_refresh_mid_hour_then_another_counts_each_run_once(
     def dee(span: str, start: datetime) -> tuple[int, Decimal]:
         # A recompute replaces the rows (new ids): looked up anew each time.
         grain = "model" if span == "hour" else "end_user"
-        rows = UsageSlice.objects.filter(span=span, grain=grain, start=start)
+        rows = UsageBreakdown.objects.filter(span=span, grain=grain, start=start)
         rows = rows.filter(
             organization_id=acme.pk, **({"end_user": "dee"} if span == "day" else {})
         )
@@ -205,41 +211,47 @@ def test_a_refresh_mid_hour_then_another_counts_each_run_once(
     day = hour.replace(hour=0)
     before = dee("hour", hour - timedelta(hours=1))
     assert dee("hour", hour) == (1, Decimal("1"))  # the run in progress not yet
-    make_run(acme, hour + timedelta(minutes=30), end_user="dee", model="slice-a", cost=Decimal("2"))
+    make_run(
+        acme, hour + timedelta(minutes=30), end_user="dee", model="breakdown-a", cost=Decimal("2")
+    )
     Run.objects.filter(pk=streaming.pk).update(
         status=Run.Status.COMPLETED, finished_at=hour + timedelta(minutes=41), cost=Decimal("4")
     )
     usage_rollups_refresh(since=hour + timedelta(minutes=20), until=hour + timedelta(minutes=45))
     assert dee("hour", hour) == (3, Decimal("7"))
     assert dee("hour", hour - timedelta(hours=1)) == before  # not counted twice
-    # The running day is read by the hour; its day slices come once it is over — here by a
+    # The running day is read by the hour; its day breakdowns come once it is over — here by a
     # refresh past midnight in which no run was accepted or finished (a quiet night).
     assert dee("day", day) == (0, Decimal(0))
     midnight = day + timedelta(days=1)
     usage_rollups_refresh(since=hour + timedelta(minutes=45), until=midnight + timedelta(minutes=5))
     assert dee("day", day) == (3, Decimal("7"))
     runs = runs_with_error_flag(accepted_at__gte=day, accepted_at__lt=midnight)
-    for grain in SLICE_GRAINS:
-        slices = UsageSlice.objects.filter(span="day", grain=grain, start=day)
-        assert sums_of(slices, run_columns(grain)) == sums_of(runs, run_columns(grain)), grain
+    for grain in BREAKDOWN_GRAINS:
+        breakdowns = UsageBreakdown.objects.filter(span="day", grain=grain, start=day)
+        assert sums_of(breakdowns, run_columns(grain)) == sums_of(runs, run_columns(grain)), grain
 
 
-def test_backfill_slices_rollups_made_before_slices(traffic: dict[str, Organization]) -> None:
+def test_backfill_breaks_down_rollups_made_before_breakdowns(
+    traffic: dict[str, Organization],
+) -> None:
     usage_rollups_refresh(since=DAY0, until=NOW)
 
     def ours() -> list[tuple[Any, ...]]:
         # This test's days only: browser tests elsewhere commit rollups of their own.
-        return sorted(UsageSlice.objects.filter(start__gte=DAY0).values_list(*SLICE_COLUMNS))
+        return sorted(
+            UsageBreakdown.objects.filter(start__gte=DAY0).values_list(*BREAKDOWN_COLUMNS)
+        )
 
     expected = ours()
     assert len(expected) > 50
-    UsageSlice.objects.all().delete()
-    assert usage_slices_backfill(until=NOW) >= len(expected)
+    UsageBreakdown.objects.all().delete()
+    assert usage_breakdowns_backfill(until=NOW) >= len(expected)
     assert ours() == expected
 
 
 @pytest.mark.parametrize("organization", ["acme", None])
-def test_a_long_range_reads_day_slices_and_agrees_with_the_runs_and_the_overview(
+def test_a_long_range_reads_day_breakdowns_and_agrees_with_the_runs_and_the_overview(
     traffic: dict[str, Organization], organization: str | None
 ) -> None:
     usage_rollups_refresh(since=DAY0, until=NOW)
@@ -264,7 +276,7 @@ def test_a_long_range_reads_day_slices_and_agrees_with_the_runs_and_the_overview
         total[5],
         total[4],
     )
-    cached_a = sum((r.cached_tokens or 0) for r in runs if r.model == "slice-a")
+    cached_a = sum((r.cached_tokens or 0) for r in runs if r.model == "breakdown-a")
     assert totals.savings == Decimal(cached_a) * Decimal("1.5") / 1_000_000
     seen = overview(
         OverviewFilters(since=since, until=NOW, organization_id=filters.organization_id), now=NOW
@@ -287,7 +299,7 @@ def test_a_long_range_reads_day_slices_and_agrees_with_the_runs_and_the_overview
             cached = sum(
                 (r.cached_tokens or 0)
                 for r in runs
-                if getattr(r, column) == usage.value and r.model == "slice-a"
+                if getattr(r, column) == usage.value and r.model == "breakdown-a"
             )
             assert usage.savings == Decimal(cached) * Decimal("1.5") / 1_000_000, (
                 dimension,
@@ -333,8 +345,8 @@ def test_the_page_s_sums_and_charts_read_together_are_those_read_apart(
     cache.set(WATERMARK_KEY, NOW - timedelta(hours=1), timeout=None)
     # Several models, so the model chart has lines of its own and "other".
     CatalogModel.objects.create(
-        id="slice-b",
-        deployment=Deployment.objects.get(name="dep-slice"),
+        id="breakdown-b",
+        deployment=Deployment.objects.get(name="dep-breakdown"),
         price_input=Decimal("3"),
         price_cached_input=Decimal("1"),
         price_output=Decimal("9"),
@@ -399,19 +411,19 @@ def test_the_page_s_breakdowns_read_together_are_those_read_apart(
     assert together["end_user"][0].value == "eve"  # a run since the refresh counts
 
 
-def test_the_in_process_refresh_slices_each_day_once_it_is_over(
+def test_the_in_process_refresh_breaks_down_each_day_once_it_is_over(
     traffic: dict[str, Organization],
 ) -> None:
     """The embedded default's path (no beat): the pages' own catch-up."""
     cache.delete(IN_PROCESS_KEY)
     usage_rollups_keep_fresh(now=NOW)  # the process's first: looks back `MAX_CATCH_UP`
-    sliced = set(UsageSlice.objects.filter(span="day").values_list("start", flat=True))
-    assert sliced == {DAY0 + timedelta(days=d) for d in range(3)}
+    broken_down = set(UsageBreakdown.objects.filter(span="day").values_list("start", flat=True))
+    assert broken_down == {DAY0 + timedelta(days=d) for d in range(3)}
     cache.delete(IN_PROCESS_KEY)
     usage_rollups_keep_fresh(now=DAY0 + timedelta(days=4, minutes=3))  # past midnight
     last = DAY0 + timedelta(days=3)
     runs = runs_with_error_flag(accepted_at__gte=last, accepted_at__lt=last + timedelta(days=1))
     assert runs
-    for grain in SLICE_GRAINS:
-        slices = UsageSlice.objects.filter(span="day", grain=grain, start=last)
-        assert sums_of(slices, run_columns(grain)) == sums_of(runs, run_columns(grain)), grain
+    for grain in BREAKDOWN_GRAINS:
+        breakdowns = UsageBreakdown.objects.filter(span="day", grain=grain, start=last)
+        assert sums_of(breakdowns, run_columns(grain)) == sums_of(runs, run_columns(grain)), grain
