@@ -4,9 +4,9 @@ Seeds its own database (`spend_page_bench`) with the runs list bench's million r
 organizations, 100 keys, 5,000 end users, 5 models, 30 days, 2% errors; bench/pages/seed.py),
 once, rolls them up by hour and sums them per breakdown (telemetry/services/breakdowns.py; no
 beat: the last two hours are read from the runs, as on a server whose rollups were never
-refreshed in the current hour). Then times, as the median of a few tries, the refresh beat runs every five
-minutes, each of the page's queries and the whole page through Django, for the last 24 hours
-and 30 days, every organization and one.
+refreshed in the current hour). Then times, as the median of a few tries, the refresh beat runs
+every five minutes, each of the page's queries and the whole page through Django, for the last
+24 hours and 30 days, every organization and one.
 
     .venv/bin/python -m bench pages spend            # seed if needed, then time
     .venv/bin/python -m bench pages spend --reseed   # drop the runs and seed again
