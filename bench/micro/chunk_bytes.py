@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, TypedDict
 # For the type checker only: the checkout `_in_tree` loads this file in may name them otherwise.
 if TYPE_CHECKING:
     from telemetry.store.fields import RunFields
-    from telemetry.store.postgres import Chunk
+    from telemetry.store.items import Chunk
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = "postgres://postgres@127.0.0.1:5432"
