@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from core.flags import Flag
@@ -99,24 +99,25 @@ class Relay:
         if status == Run.Status.STOPPED and not error_code and self.stop is not None:
             # Stopped by the worker itself (its shutdown grace ran out), not by a person.
             error_code = self.stop.reason
+        # The model server counts what the client got of a reply it reported no usage for.
+        counting = (
+            self.counting if status in COUNTED_STATUSES and self.reported_usage() is None else None
+        )
         outcome = Outcome(
             status,
             http_status=http_status,
             finish_reason=self.generation.finish_reason,
             error_code=error_code,
             error_message=error_message,
+            usage=None if counting is not None else usage or self.usage(),
             reply_text=capped(self.generation.searchable_text(), REPLY_TEXT_LIMIT),
         )
-        if (
-            self.counting is not None
-            and status in COUNTED_STATUSES
-            and self.reported_usage() is None
-        ):
-            closing = run.close_when(outcome, self._counted_usage(self.counting))
+        if counting is not None:
+            closing = run.close_when(outcome, self._counted_usage(counting))
             if closing is not None:
                 count_in_background(closing)
             return
-        run.close(replace(outcome, usage=usage or self.usage()))
+        run.close(outcome)
 
     async def _counted_usage(self, counting: UsageCounting) -> Usage:
         """The model server's count of the reply, or Mortar's estimate when the model server

@@ -34,7 +34,6 @@ from gateway.runs.stages import (
     Resolved,
     Routed,
     Stage,
-    stages_to,
 )
 from telemetry.models import Run
 from telemetry.recording import RunSink
@@ -94,82 +93,65 @@ class RunInFlight:
 
     __slots__ = (
         "_held_chunks",
-        "_keeps",
         "_opened_fields",
         "_seq",
-        "_session",
         "_sink",
+        "_stages",
         "_started",
         "accepted",
         "closed",
         "closing",
         "first_token_at",
+        "keeps_content",
+        "organization_id",
+        "organization_name",
         "reached",
+        "route",
+        "run_id",
+        "session",
     )
 
     def __init__(self, accepted: Accepted, sink: RunSink) -> None:
         self.accepted = accepted
         self.reached: Stage = accepted
+        # The stages reached, in order, by kind: what a step decided is found without walking
+        # the chain.
+        self._stages: dict[type[Stage], Stage] = {Accepted: accepted}
         self._sink = sink
         self._started = accepted.started
-        self._keeps = accepted.keeps_content
+        # What the sink reads of it, fixed at acceptance; `session` once it is resolved.
+        self.run_id = accepted.run_id
+        self.keeps_content = accepted.keeps_content
+        self.organization_id = accepted.organization.id
+        self.organization_name = accepted.organization.name
+        self.route = accepted.route
+        self.session = ""
         # Chunks sent before the run's row is queued (a refusal's body): written after it.
         self._held_chunks: list[ChunkSent] = []
         self._seq = 0
-        self._session = ""  # every event names it: kept from the stage that resolved it
         self._opened_fields: RunFields | None = None
         self.closing = False  # its close has begun (it may wait for the usage to be counted)
         self.closed: Closed | None = None
         self.first_token_at: datetime | None = None
-
-    # -- what the sink reads ---------------------------------------------------------------
-
-    @property
-    def run_id(self) -> str:
-        return self.accepted.run_id
-
-    @property
-    def organization_id(self) -> int:
-        return self.accepted.organization.id
-
-    @property
-    def organization_name(self) -> str:
-        return self.accepted.organization.name
-
-    @property
-    def route(self) -> str:
-        return self.accepted.route
-
-    @property
-    def session(self) -> str:
-        return self._session
-
-    @property
-    def keeps_content(self) -> bool:
-        return self._keeps
 
     # -- what was decided -----------------------------------------------------------------
 
     def reach(self, stage: S) -> S:
         """The pipeline decided `stage` (which holds the stage reached so far)."""
         self.reached = stage
+        self._stages[type(stage)] = stage
         if type(stage) is Resolved:
-            self._session = stage.session
+            self.session = stage.session
         return stage
 
     def stage(self, kind: type[S]) -> S | None:
         """The stage of this kind the run reached, if it got that far."""
-        stage: Stage = self.reached
-        while not isinstance(stage, kind):
-            if isinstance(stage, Accepted):
-                return None
-            stage = stage.prior
-        return stage
+        return self._stages.get(kind)  # type: ignore[return-value]  # filed by its kind
 
     def fields(self) -> RunFields:
         """The run's columns as its stages decided them, as far as it got."""
         fields: RunFields = {}
-        for stage in stages_to(self.reached):
+        for stage in self._stages.values():
             stage.add_fields(fields)
         return fields
 
@@ -177,7 +159,7 @@ class RunInFlight:
         """The response's `X-Mortar-*` headers, and `x-ratelimit-*` for a request with rate
         limits, from what was decided."""
         headers: dict[str, str] = {}
-        for stage in stages_to(self.reached):
+        for stage in self._stages.values():
             stage.add_headers(headers)
         return headers
 
@@ -214,9 +196,9 @@ class RunInFlight:
 
     def chunk(self, data: bytes) -> None:
         """One chunk, exactly as it was sent, at its time since acceptance."""
-        if self._keeps:
+        if self.keeps_content:
             offset_us = int((time.perf_counter() - self._started) * 1_000_000)
-            row = ChunkSent(self.accepted.run_id, self._seq, offset_us, data)
+            row = ChunkSent(self.run_id, self._seq, offset_us, data)
             if self._opened_fields is not None:
                 self._sink.chunk(row)
             else:  # its run row isn't queued yet: chunks must not reach the writer first

@@ -236,14 +236,3 @@ class Routed:
 
 
 Stage = Accepted | Resolved | Planned | Limited | Held | Admitted | Routed
-
-
-def stages_to(reached: Stage) -> list[Stage]:
-    """Every stage up to `reached`, the first first."""
-    chain: list[Stage] = [reached]
-    stage: Stage = reached
-    while not isinstance(stage, Accepted):
-        stage = stage.prior
-        chain.append(stage)
-    chain.reverse()
-    return chain
