@@ -12,7 +12,7 @@ retention purge removes it after 7 days.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -57,6 +57,8 @@ class RunSink:
     def __init__(self, *, writer: RunWriter, events: EventPublisher | None) -> None:
         self._writer = writer
         self._events = events
+        # A chunk goes straight to the writer's queue: no call of the sink's own for each one.
+        self.chunk: Callable[[ChunkSent], None] = writer.submit
 
     def publish(self, run: RecordedRun, event_type: str, **fields: Any) -> None:
         if self._events is not None:
@@ -69,9 +71,6 @@ class RunSink:
         self._writer.submit(self._row(run, fields, images, keep_body=False))
         metrics.run_opened()
         self._publish_accepted(run, fields)
-
-    def chunk(self, row: ChunkSent) -> None:
-        self._writer.submit(row)
 
     def closed(
         self,
