@@ -70,8 +70,7 @@ async def sse_events(relay: Relay) -> AsyncGenerator[bytes, None]:
                 if delta is Signal.STOPPED:
                     stopped = True
                     break
-                if run.first_token_at is None:
-                    run.first_token()
+                run.first_token()
                 for event in rendering.delta(delta):
                     send(event)
         if stopped:
